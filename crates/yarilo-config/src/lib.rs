@@ -1,0 +1,91 @@
+//! The `yarilo.yaml` schema.
+//!
+//! One YAML file configures every component. Keys are snake_case and
+//! section-prefixed as the design documents name them
+//! (`services.imaps.port`, `telemetry.listen`, `internal_tls.server_name`).
+//! Every struct denies unknown fields, so a misspelt key is an error that
+//! names its full path and the line it is on, never a silently ignored value.
+//!
+//! Adding a section: write it in its own module (`store.rs`, `auth.rs`, …)
+//! with `#[serde(default, deny_unknown_fields)]`, add one field to
+//! [`Config`], and call its `validate` from [`Config::validate`]. Document
+//! every key with its default in `docs/configuration.md`.
+
+mod error;
+mod general;
+mod listen;
+mod log;
+mod secret;
+mod services;
+mod telemetry;
+mod tls;
+mod yaml;
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+pub use error::ConfigError;
+pub use general::{General, Haproxy, Xclient};
+pub use listen::parse_listen;
+pub use log::{LogConfig, LogFormat};
+pub use secret::Secret;
+pub use services::{Service, ServiceName, Services, SslMode};
+pub use telemetry::{LivenessWatchdog, Telemetry};
+pub use tls::{ClientTls, InternalTls};
+
+/// Where the configuration is read from when `--config` is not given.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/yarilo/yarilo.yaml";
+
+/// The whole configuration file. Every section has a default, so an empty
+/// file is a valid configuration.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub general: General,
+    pub log: LogConfig,
+    pub services: Services,
+    pub telemetry: Telemetry,
+    /// Certificates for the client-facing listeners.
+    pub tls: ClientTls,
+    /// mTLS between internal components.
+    pub internal_tls: InternalTls,
+}
+
+impl Config {
+    /// Reads, parses and validates a configuration file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Config::from_yaml(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates configuration text; `origin` names it in errors.
+    pub fn from_yaml(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let config: Config = yaml::parse(text, origin)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks the values that parse but cannot work together.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.general.validate()?;
+        self.log.validate()?;
+        self.services.validate()?;
+        self.telemetry.validate()?;
+        self.tls.validate()?;
+        self.internal_tls.validate()?;
+        Ok(())
+    }
+
+    /// The effective configuration with every default filled in, as YAML.
+    /// Secrets are replaced by a marker.
+    pub fn to_yaml(&self) -> Result<String, ConfigError> {
+        yaml::render(self)
+    }
+}
+
+#[cfg(test)]
+mod tests;

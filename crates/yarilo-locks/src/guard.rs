@@ -1,0 +1,160 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::{Acquire, LockError, Locker};
+
+/// How [`lock`] waits and how long the lease lasts.
+#[derive(Debug, Clone)]
+pub struct LockOptions {
+    /// Lease length; renewed every third of it while the guard lives.
+    pub ttl: Duration,
+    /// Give up after waiting this long for a busy resource.
+    pub wait: Duration,
+    /// Who holds the lock, for diagnostics (`BUSY <owner>`).
+    pub owner: String,
+}
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        LockOptions {
+            ttl: Duration::from_secs(30),
+            wait: Duration::from_secs(30),
+            owner: format!("pid{}", std::process::id()),
+        }
+    }
+}
+
+/// A held lock. Renewed in the background; released when dropped (or with
+/// [`LockGuard::release`] to learn whether it was still ours).
+pub struct LockGuard {
+    locker: Arc<dyn Locker>,
+    lock_id: String,
+    resource: String,
+    renewer: Option<JoinHandle<()>>,
+    released: bool,
+}
+
+impl LockGuard {
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    pub fn lock_id(&self) -> &str {
+        &self.lock_id
+    }
+
+    /// Releases now. `Ok(false)`: the lease had expired before (a writer
+    /// that held it that long must treat its work as unprotected).
+    pub async fn release(mut self) -> Result<bool, LockError> {
+        self.released = true;
+        if let Some(r) = self.renewer.take() {
+            r.abort();
+        }
+        self.locker.release(&self.lock_id).await
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if let Some(r) = self.renewer.take() {
+            r.abort();
+        }
+        if self.released {
+            return;
+        }
+        let locker = self.locker.clone();
+        let lock_id = std::mem::take(&mut self.lock_id);
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                if let Err(e) = locker.release(&lock_id).await {
+                    tracing::warn!(%lock_id, error = %e, "lock release failed; it will expire by TTL");
+                }
+            });
+        }
+    }
+}
+
+/// Takes `resource`, retrying while it is busy until `opts.wait` has
+/// passed. The returned guard renews the lease until dropped.
+pub async fn lock(
+    locker: Arc<dyn Locker>,
+    resource: &str,
+    opts: &LockOptions,
+) -> Result<LockGuard, LockError> {
+    let deadline = Instant::now() + opts.wait;
+    let mut backoff = Duration::from_micros(200);
+    loop {
+        match locker.try_acquire(resource, &opts.owner, opts.ttl).await? {
+            Acquire::Acquired { lock_id } => {
+                let renewer = spawn_renewer(locker.clone(), lock_id.clone(), opts.ttl);
+                return Ok(LockGuard {
+                    locker,
+                    lock_id,
+                    resource: resource.to_string(),
+                    renewer: Some(renewer),
+                    released: false,
+                });
+            }
+            Acquire::Busy { owner } => {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(LockError::Timeout {
+                        resource: resource.to_string(),
+                        owner,
+                    });
+                }
+                // Jittered exponential backoff, capped, so contending
+                // writers do not retry in lock-step.
+                let jitter = rand::random::<u64>() % (backoff.as_micros() as u64 + 1);
+                let sleep = (backoff + Duration::from_micros(jitter)).min(deadline - now);
+                tokio::time::sleep(sleep).await;
+                backoff = (backoff * 2).min(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+fn spawn_renewer(locker: Arc<dyn Locker>, lock_id: String, ttl: Duration) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let period = ttl / 3;
+        loop {
+            tokio::time::sleep(period).await;
+            match locker.renew(&lock_id, ttl).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::error!(%lock_id, "lock lease expired while held");
+                    return;
+                }
+                Err(e) => tracing::warn!(%lock_id, error = %e, "lock renew failed; retrying"),
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryLocker;
+
+    #[tokio::test(start_paused = true)]
+    async fn guard_renews_and_releases_on_drop() {
+        let mem = MemoryLocker::new();
+        let locker: Arc<dyn Locker> = Arc::new(mem.clone());
+        let opts = LockOptions {
+            ttl: Duration::from_secs(3),
+            wait: Duration::from_millis(100),
+            owner: "t".into(),
+        };
+        let guard = lock(locker.clone(), "mbox:u:INBOX", &opts).await.unwrap();
+        // Far past the TTL: still held thanks to renewal.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let err = lock(locker.clone(), "mbox:u:INBOX", &opts).await.err();
+        assert!(matches!(err, Some(LockError::Timeout { .. })));
+        drop(guard);
+        tokio::task::yield_now().await;
+        assert!(lock(locker, "mbox:u:INBOX", &opts).await.is_ok());
+    }
+}
