@@ -11,28 +11,42 @@
 //! [`Config`], and call its `validate` from [`Config::validate`]. Document
 //! every key with its default in `docs/configuration.md`.
 
+mod auth;
+mod director;
 mod error;
 mod general;
 mod listen;
+mod locks;
 mod log;
 mod secret;
 mod services;
+mod store;
 mod telemetry;
 mod tls;
+mod warden;
 mod yaml;
 
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+pub use auth::{
+    Auth, AuthClient, AuthService, DbDriver, DbEntry, TokenStoreKind, DEFAULT_USERNAME_CHARS,
+};
+pub use director::{
+    AssignmentPolicy, BackendRegister, DirectorApi, DirectorService, HashMode, MailServer,
+};
 pub use error::ConfigError;
 pub use general::{General, Haproxy, Xclient};
 pub use listen::parse_listen;
+pub use locks::{LocksClient, LocksMode, LocksService};
 pub use log::{LogConfig, LogFormat};
 pub use secret::Secret;
 pub use services::{Service, ServiceName, Services, SslMode};
+pub use store::{StoreConfig, StoreMailbox};
 pub use telemetry::{LivenessWatchdog, Telemetry};
-pub use tls::{ClientTls, InternalTls};
+pub use tls::{CertPair, ClientTls, InternalTls};
+pub use warden::{WardenClient, WardenLimits, WardenService, WardenStateBackend};
 
 /// Where the configuration is read from when `--config` is not given.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/yarilo/yarilo.yaml";
@@ -50,6 +64,30 @@ pub struct Config {
     pub tls: ClientTls,
     /// mTLS between internal components.
     pub internal_tls: InternalTls,
+    /// The director: routing core, static backends, ring (`director_service.*`).
+    pub director_service: DirectorService,
+    /// The backend-reg sidecar (`backend_register.*`).
+    pub backend_register: BackendRegister,
+    /// The yarilo-locks process (`locks_service.*`).
+    pub locks_service: LocksService,
+    /// How session processes reach yarilo-locks (`locks_client.*`).
+    pub locks_client: LocksClient,
+    /// The yarilo-warden process (`warden_service.*`).
+    pub warden_service: WardenService,
+    /// How login proxies and sessions reach warden (`warden_client.*`).
+    pub warden_client: WardenClient,
+    /// Authentication settings (`auth.*`).
+    pub auth: Auth,
+    /// The passdb chain; empty means one passwd-file at `<data_dir>/users`.
+    pub passdb: Vec<DbEntry>,
+    /// The userdb chain; empty means the passwd-file at `<data_dir>/users`.
+    pub userdb: Vec<DbEntry>,
+    /// The `yarilo auth` listener.
+    pub auth_service: AuthService,
+    /// How components reach `yarilo auth`.
+    pub auth_client: AuthClient,
+    /// The mail store: `mail_location`, special-use mailboxes (`store.*`).
+    pub store: StoreConfig,
 }
 
 impl Config {
@@ -77,6 +115,17 @@ impl Config {
         self.telemetry.validate()?;
         self.tls.validate()?;
         self.internal_tls.validate()?;
+        self.director_service.validate()?;
+        self.backend_register.validate()?;
+        self.locks_service.validate()?;
+        self.locks_client.validate()?;
+        self.warden_service.validate()?;
+        self.warden_client.validate()?;
+        self.auth.validate()?;
+        auth::validate_chains(&self.passdb, &self.userdb)?;
+        self.auth_service.validate()?;
+        self.auth_client.validate()?;
+        self.store.validate()?;
         Ok(())
     }
 

@@ -13,6 +13,20 @@ pub struct ClientTls {
     pub key: String,
     /// Lowest protocol version accepted: `1.2` (default) or `1.3`.
     pub min_version: String,
+    /// More certificates, chosen by the client's SNI against their DNS
+    /// names. Default empty.
+    pub sni: Vec<CertPair>,
+    /// Seconds between checks of the certificate files for changes
+    /// (SIGHUP reloads at once). 0 disables polling. Default 60.
+    pub reload_interval_seconds: u64,
+}
+
+/// One certificate and its key, PEM files.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertPair {
+    pub cert: String,
+    pub key: String,
 }
 
 impl Default for ClientTls {
@@ -21,6 +35,8 @@ impl Default for ClientTls {
             cert: String::new(),
             key: String::new(),
             min_version: "1.2".to_string(),
+            sni: Vec::new(),
+            reload_interval_seconds: 60,
         }
     }
 }
@@ -31,6 +47,12 @@ impl ClientTls {
             return Err(ConfigError::invalid(
                 "tls",
                 "set both tls.cert and tls.key, or neither (a self-signed pair is then generated)",
+            ));
+        }
+        if !self.sni.is_empty() && self.cert.is_empty() {
+            return Err(ConfigError::invalid(
+                "tls.sni",
+                "SNI certificates need a default certificate in tls.cert/tls.key",
             ));
         }
         if !matches!(self.min_version.as_str(), "1.2" | "1.3") {

@@ -1,0 +1,108 @@
+//! `yarilo`: every server component of the project in one executable.
+//!
+//! `yarilo <component>` runs one component; invoked through a link named
+//! `yarilo-<component>` (the process names of the design documents) it runs
+//! that component as if it had been given as the first argument.
+
+mod component;
+mod dispatch;
+mod runtime;
+mod services;
+mod single;
+mod telemetry;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "yarilo",
+    version,
+    about = "A clustered mail server on Dovecot's director model"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Every protocol and service in one process, on local disk.
+    Single(single::SingleArgs),
+    /// Authentication for login pods and backends: AUTH, VERIFY (`auth_service`).
+    Auth(component::ComponentArgs),
+    /// The lock service writers serialize through (`locks_service`).
+    Locks(component::ComponentArgs),
+    /// Limits, auth-failure penalties and the kick bus (`warden_service`).
+    Warden(component::ComponentArgs),
+    /// Routes users to backends: LOOKUP, registration, admin API (`director_service`).
+    Director(component::ComponentArgs),
+    /// Registers this backend pod with the directors (`backend_register`).
+    BackendReg(component::ComponentArgs),
+    /// Check or show the configuration.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Validate a configuration file; exit 0 if it can be used.
+    Check {
+        /// Configuration file.
+        #[arg(long, env = "YARILO_CONFIG", default_value = yarilo_config::DEFAULT_CONFIG_PATH)]
+        config: PathBuf,
+    },
+    /// Print the effective configuration, every default filled in, secrets hidden.
+    Dump {
+        /// Configuration file; without it, the embedded `single` default.
+        #[arg(long, env = "YARILO_CONFIG")]
+        config: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse_from(dispatch::effective_args(std::env::args_os()));
+    let result = match cli.command {
+        Command::Single(args) => single::main(args),
+        Command::Auth(args) => services::auth(args),
+        Command::Locks(args) => services::locks(args),
+        Command::Warden(args) => services::warden(args),
+        Command::Director(args) => services::director(args),
+        Command::BackendReg(args) => services::backend_reg(args),
+        Command::Config { command } => config_command(command),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("yarilo: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn config_command(command: ConfigCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        ConfigCommand::Check { config } => match yarilo_config::Config::load(&config) {
+            Ok(_) => {
+                println!("{}: ok", config.display());
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                Ok(ExitCode::FAILURE)
+            }
+        },
+        ConfigCommand::Dump { config } => {
+            let cfg = match config {
+                Some(path) => yarilo_config::Config::load(&path)?,
+                None => single::embedded_default()?,
+            };
+            print!("{}", cfg.to_yaml()?);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
