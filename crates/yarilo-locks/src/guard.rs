@@ -77,8 +77,9 @@ impl Drop for LockGuard {
     }
 }
 
-/// Takes `resource`, retrying while it is busy until `opts.wait` has
-/// passed. The returned guard renews the lease until dropped.
+/// Takes `resource`, retrying while it is busy (or the lock service is
+/// unreachable) until `opts.wait` has passed. The returned guard renews
+/// the lease until dropped.
 pub async fn lock(
     locker: Arc<dyn Locker>,
     resource: &str,
@@ -87,7 +88,24 @@ pub async fn lock(
     let deadline = Instant::now() + opts.wait;
     let mut backoff = Duration::from_micros(200);
     loop {
-        match locker.try_acquire(resource, &opts.owner, opts.ttl).await? {
+        let attempt = match locker.try_acquire(resource, &opts.owner, opts.ttl).await {
+            Ok(a) => a,
+            // The service may be failing over (a replica restarting, Redis
+            // blipping): nothing is held, so trying again until the
+            // deadline is safe. A grant whose answer was lost shows up as
+            // BUSY by our owner until its TTL runs out.
+            Err(LockError::Unavailable(reason)) => {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(LockError::Unavailable(reason));
+                }
+                tracing::debug!(%resource, %reason, "lock service unavailable; retrying");
+                tokio::time::sleep(Duration::from_millis(100).min(deadline - now)).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        match attempt {
             Acquire::Acquired { lock_id } => {
                 let renewer = spawn_renewer(locker.clone(), lock_id.clone(), opts.ttl);
                 return Ok(LockGuard {

@@ -12,10 +12,22 @@
 //!
 //! [`EventBus`] carries change notifications (new mail, flag changes)
 //! between sessions so IDLE wakes up without polling.
+//!
+//! Implementations of [`Locker`]: [`MemoryLocker`] (in-process: `single`,
+//! and the state of the embedded locks service), [`RedisLocker`] (the state
+//! of the remote locks service) and [`LocksClient`] (what session processes
+//! use: the locks service over its unix socket or over TCP + mTLS). The
+//! wire protocol is in [`protocol`], the service in [`service`].
 
+mod client;
 mod events;
 mod guard;
 mod memory;
+pub mod protocol;
+pub mod redis_conn;
+mod redis_locker;
+pub mod redis_pubsub;
+pub mod service;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -24,6 +36,12 @@ use std::time::Duration;
 pub use events::{Event, EventBus, MemoryEventBus};
 pub use guard::{lock, LockGuard, LockOptions};
 pub use memory::MemoryLocker;
+
+pub use client::{lock_options, ClientEventBus, ClientOptions, ClientTls, Endpoint, LocksClient};
+pub use redis_conn::{RedisCallError, RedisConn};
+pub use redis_locker::{RedisLocker, KEY_PREFIX};
+pub use redis_pubsub::{ChannelMessage, RedisChannel, RedisEventBus};
+pub use service::{run, LocksService, Readiness, ServiceError, ServiceMetrics};
 
 /// A boxed future, so that [`Locker`] can be used as `Arc<dyn Locker>`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

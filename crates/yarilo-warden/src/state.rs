@@ -1,0 +1,344 @@
+//! Where warden keeps its three pieces of state (connections per IP,
+//! sessions per user and user@ip, the auth-failure penalty) and its kick
+//! bus. [`MemoryState`] for one replica, [`crate::RedisState`] for many.
+//!
+//! Invariants: registering an id that is already registered changes
+//! nothing (clients replay their registrations after a reconnect);
+//! releasing an unknown id changes nothing; a limit of 0 means unlimited.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::broadcast;
+use tokio::time::Instant;
+use yarilo_config::WardenLimits;
+use yarilo_locks::BoxFuture;
+
+use crate::protocol::Refusal;
+
+/// A kick: every session of `user` should end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kick {
+    pub user: String,
+    pub reason: String,
+}
+
+/// Result of an admission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    Yes,
+    No(Refusal),
+}
+
+/// The state store failed; the service fails open and counts it.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("warden state: {0}")]
+pub struct StateError(pub String);
+
+/// Warden's state. Object-safe so the service holds `Arc<dyn WardenState>`.
+pub trait WardenState: Send + Sync + 'static {
+    fn connect<'a>(
+        &'a self,
+        id: &'a str,
+        ip: IpAddr,
+        limits: &'a WardenLimits,
+    ) -> BoxFuture<'a, Result<Admit, StateError>>;
+    fn disconnect<'a>(&'a self, id: &'a str, ip: IpAddr) -> BoxFuture<'a, Result<(), StateError>>;
+    /// Whether a new session of `user` from `ip` would be admitted.
+    fn check<'a>(
+        &'a self,
+        user: &'a str,
+        ip: IpAddr,
+        limits: &'a WardenLimits,
+    ) -> BoxFuture<'a, Result<Admit, StateError>>;
+    fn session_start<'a>(
+        &'a self,
+        id: &'a str,
+        user: &'a str,
+        ip: IpAddr,
+        limits: &'a WardenLimits,
+    ) -> BoxFuture<'a, Result<Admit, StateError>>;
+    fn session_end<'a>(
+        &'a self,
+        id: &'a str,
+        user: &'a str,
+        ip: IpAddr,
+    ) -> BoxFuture<'a, Result<(), StateError>>;
+    fn sessions<'a>(&'a self, user: &'a str) -> BoxFuture<'a, Result<u64, StateError>>;
+    /// Counts one auth failure; returns the failures within the TTL.
+    fn auth_fail<'a>(&'a self, ip: IpAddr, ttl: Duration)
+        -> BoxFuture<'a, Result<u64, StateError>>;
+    fn auth_ok<'a>(&'a self, ip: IpAddr) -> BoxFuture<'a, Result<(), StateError>>;
+    fn penalty<'a>(&'a self, ip: IpAddr) -> BoxFuture<'a, Result<u64, StateError>>;
+    /// Publishes a kick to every subscriber of every replica.
+    fn emit(&self, kick: Kick);
+    fn subscribe(&self) -> broadcast::Receiver<Kick>;
+}
+
+#[derive(Default)]
+struct Tables {
+    /// ip → connection ids
+    conns: HashMap<IpAddr, HashMap<String, ()>>,
+    /// user → session id → ip
+    sessions: HashMap<String, HashMap<String, IpAddr>>,
+    /// ip → (failures, expiry)
+    penalty: HashMap<IpAddr, (u64, Instant)>,
+}
+
+/// State of a single warden replica.
+#[derive(Clone)]
+pub struct MemoryState {
+    t: Arc<Mutex<Tables>>,
+    kicks: broadcast::Sender<Kick>,
+}
+
+impl Default for MemoryState {
+    fn default() -> Self {
+        MemoryState {
+            t: Arc::default(),
+            kicks: broadcast::channel(4096).0,
+        }
+    }
+}
+
+fn over(limit: u64, current: usize) -> bool {
+    limit > 0 && current as u64 >= limit
+}
+
+impl MemoryState {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn tables(&self) -> MutexGuard<'_, Tables> {
+        // Every update is a handful of inserts/removes; a panic cannot
+        // leave them inconsistent in a way that matters. Recover.
+        self.t.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn penalty_now(t: &mut Tables, ip: IpAddr) -> u64 {
+        match t.penalty.get(&ip) {
+            Some((n, exp)) if *exp > Instant::now() => *n,
+            Some(_) => {
+                t.penalty.remove(&ip);
+                0
+            }
+            None => 0,
+        }
+    }
+
+    fn session_admit(t: &Tables, user: &str, ip: IpAddr, limits: &WardenLimits) -> Admit {
+        let Some(s) = t.sessions.get(user) else {
+            return Admit::Yes;
+        };
+        if over(limits.max_sessions_per_user, s.len()) {
+            return Admit::No(Refusal::UserSessions);
+        }
+        if over(
+            limits.max_sessions_per_user_ip,
+            s.values().filter(|i| **i == ip).count(),
+        ) {
+            return Admit::No(Refusal::UserIpSessions);
+        }
+        Admit::Yes
+    }
+}
+
+fn ready<'a, T: Send + 'a>(v: T) -> BoxFuture<'a, Result<T, StateError>> {
+    Box::pin(std::future::ready(Ok(v)))
+}
+
+impl WardenState for MemoryState {
+    fn connect<'a>(
+        &'a self,
+        id: &'a str,
+        ip: IpAddr,
+        limits: &'a WardenLimits,
+    ) -> BoxFuture<'a, Result<Admit, StateError>> {
+        let mut t = self.tables();
+        if over(
+            limits.max_auth_failures,
+            Self::penalty_now(&mut t, ip) as usize,
+        ) {
+            return ready(Admit::No(Refusal::Penalty));
+        }
+        let c = t.conns.entry(ip).or_default();
+        if c.contains_key(id) {
+            return ready(Admit::Yes);
+        }
+        if over(limits.max_connections_per_ip, c.len()) {
+            if c.is_empty() {
+                t.conns.remove(&ip);
+            }
+            return ready(Admit::No(Refusal::IpConnections));
+        }
+        c.insert(id.to_string(), ());
+        ready(Admit::Yes)
+    }
+
+    fn disconnect<'a>(&'a self, id: &'a str, ip: IpAddr) -> BoxFuture<'a, Result<(), StateError>> {
+        let mut t = self.tables();
+        if let Some(c) = t.conns.get_mut(&ip) {
+            c.remove(id);
+            if c.is_empty() {
+                t.conns.remove(&ip);
+            }
+        }
+        ready(())
+    }
+
+    fn check<'a>(
+        &'a self,
+        user: &'a str,
+        ip: IpAddr,
+        limits: &'a WardenLimits,
+    ) -> BoxFuture<'a, Result<Admit, StateError>> {
+        let mut t = self.tables();
+        if over(
+            limits.max_auth_failures,
+            Self::penalty_now(&mut t, ip) as usize,
+        ) {
+            return ready(Admit::No(Refusal::Penalty));
+        }
+        ready(Self::session_admit(&t, user, ip, limits))
+    }
+
+    fn session_start<'a>(
+        &'a self,
+        id: &'a str,
+        user: &'a str,
+        ip: IpAddr,
+        limits: &'a WardenLimits,
+    ) -> BoxFuture<'a, Result<Admit, StateError>> {
+        let mut t = self.tables();
+        if t.sessions.get(user).is_some_and(|s| s.contains_key(id)) {
+            return ready(Admit::Yes);
+        }
+        let admit = Self::session_admit(&t, user, ip, limits);
+        if admit == Admit::Yes {
+            t.sessions
+                .entry(user.to_string())
+                .or_default()
+                .insert(id.to_string(), ip);
+        }
+        ready(admit)
+    }
+
+    fn session_end<'a>(
+        &'a self,
+        id: &'a str,
+        user: &'a str,
+        _ip: IpAddr,
+    ) -> BoxFuture<'a, Result<(), StateError>> {
+        let mut t = self.tables();
+        if let Some(s) = t.sessions.get_mut(user) {
+            s.remove(id);
+            if s.is_empty() {
+                t.sessions.remove(user);
+            }
+        }
+        ready(())
+    }
+
+    fn sessions<'a>(&'a self, user: &'a str) -> BoxFuture<'a, Result<u64, StateError>> {
+        let n = self
+            .tables()
+            .sessions
+            .get(user)
+            .map_or(0, |s| s.len() as u64);
+        ready(n)
+    }
+
+    fn auth_fail<'a>(
+        &'a self,
+        ip: IpAddr,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<u64, StateError>> {
+        let mut t = self.tables();
+        let n = Self::penalty_now(&mut t, ip) + 1;
+        t.penalty.insert(ip, (n, Instant::now() + ttl));
+        ready(n)
+    }
+
+    fn auth_ok<'a>(&'a self, ip: IpAddr) -> BoxFuture<'a, Result<(), StateError>> {
+        self.tables().penalty.remove(&ip);
+        ready(())
+    }
+
+    fn penalty<'a>(&'a self, ip: IpAddr) -> BoxFuture<'a, Result<u64, StateError>> {
+        let n = Self::penalty_now(&mut self.tables(), ip);
+        ready(n)
+    }
+
+    fn emit(&self, kick: Kick) {
+        let _ = self.kicks.send(kick);
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<Kick> {
+        self.kicks.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> WardenLimits {
+        WardenLimits {
+            max_connections_per_ip: 2,
+            max_sessions_per_user: 3,
+            max_sessions_per_user_ip: 2,
+            max_auth_failures: 2,
+            penalty_ttl_s: 60,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn limits_are_enforced_and_released() {
+        let s = MemoryState::new();
+        let l = limits();
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let b: IpAddr = "192.0.2.2".parse().unwrap();
+        assert_eq!(s.connect("c1", a, &l).await.unwrap(), Admit::Yes);
+        assert_eq!(
+            s.connect("c1", a, &l).await.unwrap(),
+            Admit::Yes,
+            "replay is idempotent"
+        );
+        assert_eq!(s.connect("c2", a, &l).await.unwrap(), Admit::Yes);
+        assert_eq!(
+            s.connect("c3", a, &l).await.unwrap(),
+            Admit::No(Refusal::IpConnections)
+        );
+        s.disconnect("c1", a).await.unwrap();
+        assert_eq!(s.connect("c3", a, &l).await.unwrap(), Admit::Yes);
+
+        for id in ["s1", "s2"] {
+            assert_eq!(s.session_start(id, "u", a, &l).await.unwrap(), Admit::Yes);
+        }
+        assert_eq!(
+            s.session_start("s3", "u", a, &l).await.unwrap(),
+            Admit::No(Refusal::UserIpSessions)
+        );
+        assert_eq!(s.session_start("s3", "u", b, &l).await.unwrap(), Admit::Yes);
+        assert_eq!(
+            s.check("u", b, &l).await.unwrap(),
+            Admit::No(Refusal::UserSessions)
+        );
+        assert_eq!(s.sessions("u").await.unwrap(), 3);
+        s.session_end("s1", "u", a).await.unwrap();
+        assert_eq!(s.sessions("u").await.unwrap(), 2);
+
+        let ttl = Duration::from_secs(60);
+        assert_eq!(s.auth_fail(b, ttl).await.unwrap(), 1);
+        assert_eq!(s.auth_fail(b, ttl).await.unwrap(), 2);
+        assert_eq!(
+            s.connect("c9", b, &l).await.unwrap(),
+            Admit::No(Refusal::Penalty)
+        );
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert_eq!(s.penalty(b).await.unwrap(), 0, "penalty expires");
+    }
+}
