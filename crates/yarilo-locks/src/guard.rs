@@ -1,3 +1,4 @@
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,9 +23,18 @@ impl Default for LockOptions {
         LockOptions {
             ttl: Duration::from_secs(30),
             wait: Duration::from_secs(30),
-            owner: format!("pid{}", std::process::id()),
+            owner: default_owner(),
         }
     }
+}
+
+/// `<host name>:<pid>`: unique across the pods of a deployment (where
+/// every container's main process may well be pid 1).
+pub fn default_owner() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    format!("{host}:{}", std::process::id())
 }
 
 /// A held lock. Renewed in the background; released when dropped (or with
@@ -68,13 +78,34 @@ impl Drop for LockGuard {
         let locker = self.locker.clone();
         let lock_id = std::mem::take(&mut self.lock_id);
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            PENDING_RELEASES.fetch_add(1, Ordering::SeqCst);
             handle.spawn(async move {
                 if let Err(e) = locker.release(&lock_id).await {
                     tracing::warn!(%lock_id, error = %e, "lock release failed; it will expire by TTL");
                 }
+                PENDING_RELEASES.fetch_sub(1, Ordering::SeqCst);
             });
         }
     }
+}
+
+/// Releases started by dropped guards that have not reached the lock
+/// service yet.
+static PENDING_RELEASES: AtomicUsize = AtomicUsize::new(0);
+
+/// Waits (up to `limit`) until every release started by a dropped guard
+/// has been sent. A process calls it before it exits: otherwise a lock
+/// released just before exit stays held until its TTL, stalling the other
+/// writers of that mailbox for the whole lease.
+pub async fn flush_releases(limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while PENDING_RELEASES.load(Ordering::SeqCst) > 0 {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    true
 }
 
 /// Takes `resource`, retrying while it is busy (or the lock service is
@@ -129,7 +160,9 @@ pub async fn lock(
                 let jitter = rand::random::<u64>() % (backoff.as_micros() as u64 + 1);
                 let sleep = (backoff + Duration::from_micros(jitter)).min(deadline - now);
                 tokio::time::sleep(sleep).await;
-                backoff = (backoff * 2).min(Duration::from_millis(50));
+                // Capped well below the waiting-place TTL of the backends,
+                // so a waiter keeps its place in line while it retries.
+                backoff = (backoff * 2).min(Duration::from_millis(20));
             }
         }
     }

@@ -34,7 +34,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 pub use events::{Event, EventBus, MemoryEventBus};
-pub use guard::{lock, LockGuard, LockOptions};
+pub use guard::{default_owner, flush_releases, lock, LockGuard, LockOptions};
 pub use memory::MemoryLocker;
 
 pub use client::{lock_options, ClientEventBus, ClientOptions, ClientTls, Endpoint, LocksClient};

@@ -6,9 +6,15 @@ use tokio::time::Instant;
 
 use crate::{Acquire, BoxFuture, LockError, Locker};
 
+/// How long the waiting place outlives the waiter's last attempt (longer
+/// than the longest retry interval of `lock()`).
+const WAIT_SLOT: Duration = Duration::from_millis(500);
+
 /// In-process lock table: the state behind `single` and behind the locks
 /// service in embedded mode. Same shape as the Redis backend: one entry per
-/// resource holding `<owner>|<acquired_at>` and a deadline.
+/// resource holding `<owner>|<acquired_at>` and a deadline, and the same
+/// one-place waiting line that keeps a tight release/re-acquire loop from
+/// starving a waiter.
 #[derive(Clone, Default)]
 pub struct MemoryLocker {
     inner: Arc<Mutex<Table>>,
@@ -17,6 +23,9 @@ pub struct MemoryLocker {
 #[derive(Default)]
 struct Table {
     by_resource: HashMap<String, Entry>,
+    /// The one-place waiting line per resource: the first owner refused
+    /// while it was held, until it gets the lock or stops retrying.
+    waiting: HashMap<String, (String, Instant)>,
     /// lock_id → resource
     by_id: HashMap<String, String>,
     next_id: u64,
@@ -57,6 +66,7 @@ impl MemoryLocker {
                 t.by_id.remove(&e.lock_id);
             }
         }
+        t.waiting.retain(|_, (_, until)| *until > now);
         expired.len()
     }
 
@@ -83,12 +93,28 @@ impl MemoryLocker {
     pub fn acquire_now(&self, resource: &str, owner: &str, ttl: Duration) -> Acquire {
         let now = Instant::now();
         let mut t = self.table();
+        let held_by = t
+            .by_resource
+            .get(resource)
+            .filter(|e| e.expires > now)
+            .map(|e| e.owner.clone());
+        let other_waiter = t
+            .waiting
+            .get(resource)
+            .filter(|(w, until)| *until > now && w != owner)
+            .map(|(w, _)| w.clone());
+        if let Some(waiter) = other_waiter {
+            return Acquire::Busy {
+                owner: held_by.unwrap_or(waiter),
+            };
+        }
+        if let Some(holder) = held_by {
+            t.waiting
+                .insert(resource.to_string(), (owner.to_string(), now + WAIT_SLOT));
+            return Acquire::Busy { owner: holder };
+        }
+        t.waiting.remove(resource);
         if let Some(e) = t.by_resource.get(resource) {
-            if e.expires > now {
-                return Acquire::Busy {
-                    owner: e.owner.clone(),
-                };
-            }
             let old = e.lock_id.clone();
             t.by_id.remove(&old);
         }
@@ -193,7 +219,42 @@ mod tests {
         ));
         assert_eq!(l.sweep(), 0);
         tokio::time::advance(Duration::from_secs(31)).await;
+        // (c's lease has expired too; the waiting line is empty again.)
         assert_eq!(l.sweep(), 1);
         assert_eq!(l.held(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_is_not_starved_by_a_holder_that_re_acquires_at_once() {
+        let l = MemoryLocker::new();
+        let ttl = Duration::from_secs(30);
+        let Acquire::Acquired { lock_id } = l.acquire_now("r", "a", ttl) else {
+            panic!()
+        };
+        // b is refused and takes the waiting place.
+        assert!(matches!(l.acquire_now("r", "b", ttl), Acquire::Busy { .. }));
+        assert!(l.release_now(&lock_id));
+        // a comes straight back: b is next in line, so a waits.
+        assert!(matches!(l.acquire_now("r", "a", ttl), Acquire::Busy { .. }));
+        assert!(matches!(
+            l.acquire_now("r", "b", ttl),
+            Acquire::Acquired { .. }
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_that_stops_retrying_loses_its_place() {
+        let l = MemoryLocker::new();
+        let ttl = Duration::from_secs(30);
+        let Acquire::Acquired { lock_id } = l.acquire_now("r", "a", ttl) else {
+            panic!()
+        };
+        assert!(matches!(l.acquire_now("r", "b", ttl), Acquire::Busy { .. }));
+        assert!(l.release_now(&lock_id));
+        tokio::time::advance(WAIT_SLOT + Duration::from_millis(1)).await;
+        assert!(matches!(
+            l.acquire_now("r", "a", ttl),
+            Acquire::Acquired { .. }
+        ));
     }
 }

@@ -5,6 +5,12 @@
 //! epoch (one clock for every replica; fine enough that two grants of one
 //! resource never share it).
 //!
+//! Fairness: the first owner refused with BUSY takes the one-place waiting
+//! line `lockwait:<resource>` (value: owner, short TTL refreshed by its
+//! retries). While it stands there nobody else is granted the resource,
+//! so a holder that releases and re-acquires in a tight loop cannot starve
+//! a waiter; a waiter that dies frees the place within the TTL.
+//!
 //! Invariants: acquisition is one Lua script (`SET NX PX`), so two replicas
 //! can never both grant a resource; release and renew compare the stored
 //! value with the one the lock id carries inside the script, so only the
@@ -24,13 +30,28 @@ use crate::{Acquire, BoxFuture, LockError, Locker};
 /// Redis key prefix of the lock table (design: `lock:<resource>`).
 pub const KEY_PREFIX: &str = "lock:";
 
+/// Redis key prefix of the one-place waiting line.
+pub const WAIT_PREFIX: &str = "lockwait:";
+
+/// How long the waiting place outlives the waiter's last attempt. Longer
+/// than the longest retry interval of `lock()`.
+const WAIT_SLOT_MS: u64 = 500;
+
 const ACQUIRE: &str = r#"
+local waiter = redis.call('GET', KEYS[2])
+if waiter and waiter ~= ARGV[1] then
+  local cur = redis.call('GET', KEYS[1])
+  if not cur then cur = waiter .. '|0' end
+  return {0, cur}
+end
 local t = redis.call('TIME')
 local stamp = t[1] .. string.format('%06d', tonumber(t[2]))
 local value = ARGV[1] .. '|' .. stamp
 if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
+  if waiter then redis.call('DEL', KEYS[2]) end
   return {1, stamp}
 end
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
 local cur = redis.call('GET', KEYS[1])
 if not cur then cur = '' end
 return {0, cur}
@@ -131,8 +152,12 @@ impl RedisLocker {
         ttl: Duration,
     ) -> Result<Acquire, LockError> {
         let key = format!("{KEY_PREFIX}{resource}");
+        let wait_key = format!("{WAIT_PREFIX}{resource}");
         let mut inv = self.acquire.key(&key);
-        inv.arg(owner).arg(ttl_ms(ttl));
+        inv.key(&wait_key)
+            .arg(owner)
+            .arg(ttl_ms(ttl))
+            .arg(WAIT_SLOT_MS);
         let (granted, text): (i64, String) = self.conn.script(&inv).await.map_err(unavailable)?;
         if granted == 1 {
             let id = LockId {

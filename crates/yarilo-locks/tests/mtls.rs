@@ -1,15 +1,13 @@
 //! Remote mode over internal mTLS: the pinned name is what is verified.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
-mod support;
-
 use std::time::Duration;
 
-use support::RedisServer;
 use yarilo_config::{LocksMode, LocksService as ServiceConfig, Secret};
 use yarilo_locks::{
     Acquire, ClientOptions, ClientTls, Endpoint, Locker, LocksClient, LocksService,
 };
+use yarilo_testkit::RedisServer;
 use yarilo_tls::ca::{write_pair, Authority};
 use yarilo_tls::Role;
 

@@ -2,16 +2,14 @@
 //! the test binary re-runs itself as the child processes.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
-mod support;
-
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use support::{eventually, RedisServer};
 use yarilo_config::{LocksMode, LocksService as ServiceConfig, Secret};
 use yarilo_locks::{Acquire, ClientOptions, Endpoint, Locker, LocksClient, LocksService};
+use yarilo_testkit::{eventually, RedisServer};
 
 struct Kid(Child);
 impl Drop for Kid {

@@ -1,19 +1,17 @@
 //! The locks service end to end: real sockets, real redis-server.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
-mod support;
-
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::{eventually, RedisServer};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use yarilo_config::{LocksMode, LocksService as ServiceConfig, Secret};
 use yarilo_locks::{
     lock, Acquire, ClientOptions, Endpoint, Event, EventBus, LockOptions, Locker, LocksClient,
     LocksService,
 };
+use yarilo_testkit::{eventually, RedisServer};
 
 fn remote_config(redis: &RedisServer) -> ServiceConfig {
     ServiceConfig {
@@ -422,4 +420,44 @@ async fn a_writer_carries_on_through_a_replica_going_away() {
         let g = lock(locker.clone(), "mbox:u:INBOX", &opts).await.unwrap();
         assert!(g.release().await.unwrap());
     }
+}
+
+#[tokio::test]
+async fn redis_waiting_line_keeps_a_tight_re_acquirer_from_starving_a_waiter() {
+    use yarilo_locks::{RedisConn, RedisLocker};
+    let redis = RedisServer::start();
+    let locker = RedisLocker::new(RedisConn::new(&redis.url(), Duration::from_secs(2)).unwrap());
+    let ttl = Duration::from_secs(30);
+    let Acquire::Acquired { lock_id } = locker.try_acquire("r", "a", ttl).await.unwrap() else {
+        panic!("first acquire")
+    };
+    // b is refused and takes the waiting place.
+    assert!(matches!(
+        locker.try_acquire("r", "b", ttl).await.unwrap(),
+        Acquire::Busy { .. }
+    ));
+    assert!(locker.release(&lock_id).await.unwrap());
+    // a comes straight back but b is next in line.
+    assert!(matches!(
+        locker.try_acquire("r", "a", ttl).await.unwrap(),
+        Acquire::Busy { .. }
+    ));
+    let Acquire::Acquired { lock_id } = locker.try_acquire("r", "b", ttl).await.unwrap() else {
+        panic!("the waiter gets the lock")
+    };
+    assert!(locker.release(&lock_id).await.unwrap());
+    // A waiter that stops retrying loses its place after a short while.
+    let Acquire::Acquired { lock_id } = locker.try_acquire("r", "a", ttl).await.unwrap() else {
+        panic!()
+    };
+    assert!(matches!(
+        locker.try_acquire("r", "c", ttl).await.unwrap(),
+        Acquire::Busy { .. }
+    ));
+    assert!(locker.release(&lock_id).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(matches!(
+        locker.try_acquire("r", "a", ttl).await.unwrap(),
+        Acquire::Acquired { .. }
+    ));
 }

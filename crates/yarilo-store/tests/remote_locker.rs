@@ -6,8 +6,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
 mod common;
-#[path = "../../yarilo-locks/tests/support/mod.rs"]
-mod redis_support;
 
 use std::collections::HashSet;
 use std::process::Stdio;
@@ -15,10 +13,10 @@ use std::sync::Arc;
 
 use common::torture_bin;
 use prometheus_client::registry::Registry;
-use redis_support::RedisServer;
 use yarilo_config::{LocksMode, LocksService as ServiceConfig, Secret};
 use yarilo_locks::{LocksService, MemoryEventBus, MemoryLocker};
 use yarilo_store::{Store, StoreSettings, UserInfo};
+use yarilo_testkit::RedisServer;
 
 async fn replica(
     redis: &RedisServer,

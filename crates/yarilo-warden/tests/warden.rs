@@ -1,13 +1,11 @@
 //! Warden end to end: real sockets, real redis-server.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
-mod support;
-
 use std::net::IpAddr;
 use std::time::Duration;
 
-use support::{eventually, RedisServer};
 use yarilo_config::{Secret, WardenLimits, WardenService as Cfg, WardenStateBackend};
+use yarilo_testkit::{eventually, RedisServer};
 use yarilo_warden::{
     Admission, Kick, Refusal, WardenClient, WardenClientOptions, WardenMetrics, WardenService,
 };

@@ -25,7 +25,11 @@ pub async fn run_until_signal(
             _ = life.token.cancelled() => break,
         }
     }
-    Ok(life.drain(grace).await)
+    let clean = life.drain(grace).await;
+    // Locks released by the last sessions must reach the lock service
+    // before exit, or they stay held until their TTL.
+    yarilo_locks::flush_releases(Duration::from_secs(2)).await;
+    Ok(clean)
 }
 
 pub fn build_runtime() -> anyhow::Result<tokio::runtime::Runtime> {

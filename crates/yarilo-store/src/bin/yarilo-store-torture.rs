@@ -149,6 +149,9 @@ async fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
         }
         i += 1;
     }
+    // Locks released by the last operations must reach the service before
+    // the process exits, or they stay held until their TTL.
+    yarilo_locks::flush_releases(std::time::Duration::from_secs(5)).await;
     writeln!(out, "DONE")?;
     Ok(())
 }

@@ -1,5 +1,9 @@
-//! A real `redis-server` for tests: own port, own temp dir, killed on drop.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+//! Test support shared by yarilo's crates. Never used outside tests.
+//!
+//! - [`RedisServer`]: a real `redis-server` with its own port and temp
+//!   dir, killed on drop; a missing binary fails the test with the fix.
+//! - [`eventually`]: poll a condition with a bound instead of sleeping.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test support: failing loudly is the point
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
