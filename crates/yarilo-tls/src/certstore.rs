@@ -233,4 +233,77 @@ mod tests {
         assert!(store.reload().is_err());
         assert_eq!(store.names()[0], "mail.example.org");
     }
+
+    #[tokio::test]
+    async fn reload_keeps_running_sessions_and_serves_new_ones_the_new_certificate() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let dir = tempfile::tempdir().unwrap();
+        let first = issue_self_signed(&["localhost".into()]).unwrap();
+        let (c, k) = write_pair(dir.path(), "srv", &first).unwrap();
+        let store = CertStore::load(vec![(c, k)]).unwrap();
+        let acceptor = store.acceptor("1.2").unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        // An echo server: every accepted session echoes until EOF.
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(mut s) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let mut buf = [0u8; 64];
+                    while let Ok(n) = s.read(&mut buf).await {
+                        if n == 0 || s.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        // The client trusts both certificates, and reports which one it saw.
+        let second = issue_self_signed(&["localhost".into()]).unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        for pem in [&first.cert_pem, &second.cert_pem] {
+            for cert in rustls_pemfile::certs(&mut pem.as_bytes()) {
+                roots.add(cert.unwrap()).unwrap();
+            }
+        }
+        let mut client = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        // A resumed session would report the certificate of the first one.
+        client.resumption = rustls::client::Resumption::disabled();
+        let client = Arc::new(client);
+        let connect = || async {
+            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            tokio_rustls::TlsConnector::from(client.clone())
+                .connect("localhost".try_into().unwrap(), tcp)
+                .await
+                .unwrap()
+        };
+        let leaf = |s: &tokio_rustls::client::TlsStream<tokio::net::TcpStream>| {
+            s.get_ref().1.peer_certificates().unwrap()[0]
+                .as_ref()
+                .to_vec()
+        };
+        let mut old_session = connect().await;
+        let old_leaf = leaf(&old_session);
+
+        std::thread::sleep(Duration::from_millis(20));
+        write_pair(dir.path(), "srv", &second).unwrap();
+        assert!(store.reload_if_changed().unwrap());
+
+        // The running session is untouched by the reload.
+        old_session.write_all(b"still here").await.unwrap();
+        let mut buf = [0u8; 10];
+        old_session.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"still here");
+        // A new session gets the new certificate.
+        let new_session = connect().await;
+        assert_ne!(leaf(&new_session), old_leaf);
+    }
 }
