@@ -513,4 +513,61 @@ mod tests {
         assert_eq!(&first, b"PROXY ", "the header reaches the protocol as data");
         life.token.cancel();
     }
+
+    #[tokio::test]
+    async fn starttls_upgrades_a_plain_session_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let (c, k, _) = yarilo_tls::ensure_self_signed(dir.path(), "localhost").unwrap();
+        let store = yarilo_tls::CertStore::load(vec![(c.clone(), k)]).unwrap();
+        let acceptor = store.acceptor("1.2").unwrap();
+        let l = Listener::bind("imap", &service(SslMode::Starttls), None, 10)
+            .await
+            .unwrap();
+        let addr = l.local_addr();
+        let life = Lifecycle::new();
+        tokio::spawn(l.serve(
+            life.clone(),
+            ListenerMetrics::default(),
+            move |conn: Accepted| {
+                let acceptor = acceptor.clone();
+                async move {
+                    let mut c = conn.establish(Duration::from_secs(2)).await.unwrap();
+                    assert!(!c.stream.is_tls());
+                    c.stream
+                        .write_all(b"a OK Begin TLS negotiation now\r\n")
+                        .await
+                        .unwrap();
+                    c.stream.upgrade(&acceptor).await.unwrap();
+                    assert!(c.stream.is_tls());
+                    assert!(
+                        c.stream.upgrade(&acceptor).await.is_err(),
+                        "no second STARTTLS"
+                    );
+                    c.stream.write_all(b"* secret\r\n").await.unwrap();
+                    c.stream.shutdown().await.unwrap();
+                }
+            },
+        ));
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut line = [0u8; 32];
+        tcp.read_exact(&mut line).await.unwrap();
+        assert_eq!(&line, b"a OK Begin TLS negotiation now\r\n");
+        let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+        for cert in yarilo_tls::load_certs(&c).unwrap() {
+            roots.add(cert).unwrap();
+        }
+        let cfg = tokio_rustls::rustls::ClientConfig::builder_with_provider(yarilo_tls::provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let mut tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+            .connect("localhost".try_into().unwrap(), tcp)
+            .await
+            .unwrap();
+        let mut buf = Vec::new();
+        tls.read_to_end(&mut buf).await.unwrap();
+        assert_eq!(buf, b"* secret\r\n");
+        life.token.cancel();
+    }
 }
