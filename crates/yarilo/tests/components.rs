@@ -56,6 +56,19 @@ fn status(url: &str) -> u16 {
     rt.block_on(async { reqwest::get(url).await.unwrap().status().as_u16() })
 }
 
+/// Readiness is polled, as a kubelet does: a component registers its
+/// checks once its service is bound, a moment after telemetry is up.
+fn becomes_ready(telemetry: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        if status(&format!("{telemetry}/readyz")) == 200 {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
 fn sigterm_and_wait(run: &mut Running) -> Option<i32> {
     Command::new("kill")
         .args(["-TERM", &run.child.id().to_string()])
@@ -88,7 +101,7 @@ fn locks_component_through_its_link_serves_the_wire_protocol() {
     )
     .unwrap();
     let mut run = start(&link, &["--config", config.to_str().unwrap()]);
-    assert_eq!(status(&format!("{}/readyz", run.telemetry)), 200);
+    assert!(becomes_ready(&run.telemetry));
 
     let mut conn = UnixStream::connect(&socket).unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -128,7 +141,7 @@ fn warden_component_starts_and_refuses_memory_state_with_replicas() {
         Path::new(BIN),
         &["warden", "--config", config.to_str().unwrap()],
     );
-    assert_eq!(status(&format!("{}/readyz", run.telemetry)), 200);
+    assert!(becomes_ready(&run.telemetry));
     assert_eq!(sigterm_and_wait(&mut run), Some(0));
 
     std::fs::write(
