@@ -2,86 +2,20 @@
 //! Stand-alone components started as an operator would: the real binary,
 //! through its `yarilo-<component>` link, with a configuration file.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_yarilo");
+use common::{Process, BIN};
 
-struct Running {
-    child: Child,
-    telemetry: String,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(program: &Path, args: &[&str]) -> Running {
-    let mut child = Command::new(program)
-        .args(args)
-        .env("TELEMETRY_LISTEN", "127.0.0.1:0")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn yarilo");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(rest) = line.trim_start().strip_prefix("telemetry   http://") {
-                let _ = tx.send(rest.split_whitespace().next().unwrap_or("").to_string());
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("component did not announce its telemetry address");
-    Running {
-        child,
-        telemetry: format!("http://{addr}"),
-    }
-}
-
-fn status(url: &str) -> u16 {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async { reqwest::get(url).await.unwrap().status().as_u16() })
-}
-
-/// Readiness is polled, as a kubelet does: a component registers its
-/// checks once its service is bound, a moment after telemetry is up.
-fn becomes_ready(telemetry: &str) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while Instant::now() < deadline {
-        if status(&format!("{telemetry}/readyz")) == 200 {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
-}
-
-fn sigterm_and_wait(run: &mut Running) -> Option<i32> {
-    Command::new("kill")
-        .args(["-TERM", &run.child.id().to_string()])
-        .status()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while Instant::now() < deadline {
-        if let Some(s) = run.child.try_wait().unwrap() {
-            return s.code();
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    None
+fn start(program: &Path, args: &[&str]) -> Process {
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    Process::start(cmd)
 }
 
 #[test]
@@ -101,7 +35,7 @@ fn locks_component_through_its_link_serves_the_wire_protocol() {
     )
     .unwrap();
     let mut run = start(&link, &["--config", config.to_str().unwrap()]);
-    assert!(becomes_ready(&run.telemetry));
+    assert!(run.becomes_ready());
 
     let mut conn = UnixStream::connect(&socket).unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -121,7 +55,7 @@ fn locks_component_through_its_link_serves_the_wire_protocol() {
     assert!(lines[1].starts_with("OK\t"), "{got:?}");
     assert_eq!(lines[2], "BUSY\ttest");
 
-    assert_eq!(sigterm_and_wait(&mut run), Some(0));
+    assert_eq!(run.sigterm_and_wait(Duration::from_secs(15)), Some(0));
     assert!(!socket.exists(), "the socket is removed on shutdown");
 }
 
@@ -141,8 +75,8 @@ fn warden_component_starts_and_refuses_memory_state_with_replicas() {
         Path::new(BIN),
         &["warden", "--config", config.to_str().unwrap()],
     );
-    assert!(becomes_ready(&run.telemetry));
-    assert_eq!(sigterm_and_wait(&mut run), Some(0));
+    assert!(run.becomes_ready());
+    assert_eq!(run.sigterm_and_wait(Duration::from_secs(15)), Some(0));
 
     std::fs::write(
         &config,
@@ -175,26 +109,11 @@ fn director_component_answers_lookup_for_a_static_backend() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(BIN)
-        .args(["director", "--config", config.to_str().unwrap()])
-        .env("TELEMETRY_LISTEN", "127.0.0.1:0")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
-    let addr = lines
-        .find_map(|l| {
-            l.trim_start()
-                .strip_prefix("director    ")
-                .map(str::to_string)
-        })
-        .expect("director address announced");
-    let mut run = Running {
-        child,
-        telemetry: String::new(),
-    };
+    let mut run = start(
+        Path::new(BIN),
+        &["director", "--config", config.to_str().unwrap()],
+    );
+    let addr = run.announced("director    ");
     let mut conn = TcpStream::connect(addr.trim()).unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     conn.write_all(b"VERSION\tdirector\t1\t0\nLOOKUP\talice@example.org\t\timap\n")
@@ -211,7 +130,7 @@ fn director_component_answers_lookup_for_a_static_backend() {
     }
     assert!(got[0].starts_with("VERSION\tdirector\t1"), "{got:?}");
     assert_eq!(got[1], "OK\t127.0.0.2\t10143");
-    assert_eq!(sigterm_and_wait(&mut run), Some(0));
+    assert_eq!(run.sigterm_and_wait(Duration::from_secs(15)), Some(0));
 }
 
 #[test]
@@ -228,26 +147,11 @@ fn auth_component_issues_a_token_that_verifies_once() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(BIN)
-        .args(["auth", "--config", config.to_str().unwrap()])
-        .env("TELEMETRY_LISTEN", "127.0.0.1:0")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
-    let addr = lines
-        .find_map(|l| {
-            l.trim_start()
-                .strip_prefix("auth        ")
-                .map(str::to_string)
-        })
-        .expect("auth address announced");
-    let mut run = Running {
-        child,
-        telemetry: String::new(),
-    };
+    let mut run = start(
+        Path::new(BIN),
+        &["auth", "--config", config.to_str().unwrap()],
+    );
+    let addr = run.announced("auth        ");
     let mut conn = TcpStream::connect(addr.trim()).unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
@@ -307,5 +211,5 @@ fn auth_component_issues_a_token_that_verifies_once() {
         read_line().starts_with("FAIL\t5\t"),
         "a token is bound to its service"
     );
-    assert_eq!(sigterm_and_wait(&mut run), Some(0));
+    assert_eq!(run.sigterm_and_wait(Duration::from_secs(15)), Some(0));
 }

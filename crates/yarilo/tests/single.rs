@@ -2,94 +2,19 @@
 //! `yarilo single` and `yarilo config` as a user runs them: the real
 //! binary, real sockets, real signals.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_yarilo");
+use common::{get, post, write_config, Process, BIN};
 
-struct Running {
-    child: Child,
-    telemetry: String,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts `yarilo single` in `cwd` with `args`, telemetry on an ephemeral
-/// loopback port, and waits for the line announcing the telemetry address.
-fn start(cwd: &Path, args: &[&str]) -> Running {
-    let mut child = Command::new(BIN)
-        .arg("single")
-        .args(args)
-        .current_dir(cwd)
-        .env("TELEMETRY_LISTEN", "127.0.0.1:0")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn yarilo");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(rest) = line.trim_start().strip_prefix("telemetry   http://") {
-                let addr = rest.split_whitespace().next().unwrap_or("").to_string();
-                let _ = tx.send(addr);
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("yarilo single did not announce its telemetry address");
-    Running {
-        child,
-        telemetry: format!("http://{addr}"),
-    }
-}
-
-fn get(url: &str) -> (u16, String) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let r = reqwest::get(url).await.unwrap();
-        (r.status().as_u16(), r.text().await.unwrap())
-    })
-}
-
-fn post(url: &str) -> u16 {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        reqwest::Client::new()
-            .post(url)
-            .send()
-            .await
-            .unwrap()
-            .status()
-            .as_u16()
-    })
-}
-
-fn sigterm_and_wait(run: &mut Running, within: Duration) -> Option<i32> {
-    let pid = run.child.id().to_string();
-    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if let Some(status) = run.child.try_wait().unwrap() {
-            return status.code();
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    None
+/// `yarilo single` in `cwd` with `args`.
+fn start(cwd: &Path, args: &[&str]) -> Process {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("single").args(args).current_dir(cwd);
+    Process::start(cmd)
 }
 
 #[test]
@@ -116,15 +41,12 @@ fn single_with_no_arguments_serves_probes_and_exits_cleanly_on_sigterm() {
     let first = std::fs::read(&cert).unwrap();
 
     // The default grace period is 10 s; with no sessions it exits at once.
-    assert_eq!(sigterm_and_wait(&mut run, Duration::from_secs(10)), Some(0));
+    assert_eq!(run.sigterm_and_wait(Duration::from_secs(10)), Some(0));
 
     // A second start reuses the certificate.
     let mut again = start(cwd.path(), &[]);
     assert_eq!(std::fs::read(&cert).unwrap(), first);
-    assert_eq!(
-        sigterm_and_wait(&mut again, Duration::from_secs(10)),
-        Some(0)
-    );
+    assert_eq!(again.sigterm_and_wait(Duration::from_secs(10)), Some(0));
 }
 
 #[test]
@@ -134,13 +56,7 @@ fn data_flag_moves_the_data_directory() {
     let mut run = start(cwd.path(), &["--data", data.to_str().unwrap()]);
     assert!(data.join("tls/server.key").exists());
     assert!(!cwd.path().join("yarilo-data").exists());
-    assert_eq!(sigterm_and_wait(&mut run, Duration::from_secs(10)), Some(0));
-}
-
-fn write_config(dir: &Path, text: &str) -> std::path::PathBuf {
-    let path = dir.join("yarilo.yaml");
-    std::fs::write(&path, text).unwrap();
-    path
+    assert_eq!(run.sigterm_and_wait(Duration::from_secs(10)), Some(0));
 }
 
 #[test]
