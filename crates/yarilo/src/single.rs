@@ -87,6 +87,9 @@ async fn run(config: Config) -> anyhow::Result<ExitCode> {
         "Add a user:  yarctl user add alice --password 'a-long-secret' --data {}",
         data_dir.display()
     );
+    println!(
+        "             (from a source checkout: cargo run --release --bin yarctl -- user add …)"
+    );
     println!("Stop with Ctrl-C or SIGTERM.");
 
     let grace = Duration::from_secs(config.general.shutdown_grace_seconds);
@@ -143,10 +146,13 @@ fn data_dir_writable(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// `p` made absolute against the working directory, `.` components
+/// dropped, so what is printed is a path a user can copy.
 fn absolute(p: &Path) -> anyhow::Result<PathBuf> {
-    Ok(if p.is_absolute() {
+    let joined = if p.is_absolute() {
         p.to_path_buf()
     } else {
         std::env::current_dir()?.join(p)
-    })
+    };
+    Ok(joined.components().collect())
 }
