@@ -334,36 +334,16 @@ async fn dial(ep: &Endpoint, tls: Option<&ClientTls>) -> Result<BoxStream, Strin
             }
         }
     };
-    let hello = join_line(&Request::Version(PROTOCOL_VERSION.into()).to_fields());
-    stream
-        .write_all(hello.as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
-    stream.flush().await.map_err(|e| e.to_string())?;
-    // Read the answer byte by byte: nothing else may be consumed from the
-    // stream before the connection task takes it over.
-    let mut line = Vec::with_capacity(32);
-    loop {
-        let mut b = [0u8; 1];
-        let n = tokio::io::AsyncReadExt::read(&mut stream, &mut b)
-            .await
-            .map_err(|e| e.to_string())?;
-        if n == 0 {
-            return Err("closed during VERSION handshake".into());
-        }
-        if b[0] == b'\n' {
-            break;
-        }
-        if line.len() > 256 {
-            return Err("VERSION answer too long".into());
-        }
-        line.push(b[0]);
-    }
-    let text = String::from_utf8_lossy(&line);
-    let fields = yarilo_wire::split_line(&text).map_err(|e| e.to_string())?;
+    let fields = yarilo_wire::handshake(
+        &mut stream,
+        &Request::Version(PROTOCOL_VERSION.into()).to_fields(),
+        256,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     match Reply::parse(&fields) {
         Some(Reply::VersionOk) => Ok(stream),
-        _ => Err(format!("VERSION refused: {text:?}")),
+        _ => Err(format!("VERSION refused: {fields:?}")),
     }
 }
 

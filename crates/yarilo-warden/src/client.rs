@@ -471,32 +471,13 @@ async fn dial(addr: &str, tls: Option<&WardenTls>) -> Result<BoxStream, String> 
         None => Box::pin(tcp),
         Some(t) => Box::pin(t.connect(tcp).await.map_err(|e| format!("TLS: {e}"))?),
     };
-    let hello = join_line(&Version::new(SERVICE, MAJOR, MINOR).to_fields());
-    stream
-        .write_all(hello.as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
-    stream.flush().await.map_err(|e| e.to_string())?;
-    // Byte by byte, so nothing past the answer is consumed here.
-    let mut line = Vec::with_capacity(32);
-    loop {
-        let mut b = [0u8; 1];
-        let n = tokio::io::AsyncReadExt::read(&mut stream, &mut b)
-            .await
-            .map_err(|e| e.to_string())?;
-        if n == 0 {
-            return Err("closed during VERSION handshake".into());
-        }
-        if b[0] == b'\n' {
-            break;
-        }
-        if line.len() > 256 {
-            return Err("VERSION answer too long".into());
-        }
-        line.push(b[0]);
-    }
-    let text = String::from_utf8_lossy(&line);
-    let fields = yarilo_wire::split_line(&text).map_err(|e| e.to_string())?;
+    let fields = yarilo_wire::handshake(
+        &mut stream,
+        &Version::new(SERVICE, MAJOR, MINOR).to_fields(),
+        256,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     let theirs = Version::from_fields(&fields).map_err(|e| e.to_string())?;
     if !Version::new(SERVICE, MAJOR, MINOR).compatible_with(&theirs) {
         return Err(format!("incompatible warden {theirs:?}"));

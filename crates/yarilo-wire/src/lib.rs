@@ -15,11 +15,13 @@
 
 mod codec;
 mod escape;
+mod handshake;
 mod preamble;
 mod version;
 
 pub use codec::LineCodec;
 pub use escape::{escape, join_line, split_line, unescape};
+pub use handshake::handshake;
 pub use preamble::Preamble;
 pub use version::Version;
 
