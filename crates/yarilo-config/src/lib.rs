@@ -15,12 +15,16 @@ mod auth;
 mod director;
 mod error;
 mod general;
+mod imap;
 mod listen;
+mod lmtp;
 mod locks;
 mod log;
+mod pop3;
 mod secret;
 mod services;
 mod store;
+mod submission;
 mod telemetry;
 mod tls;
 mod warden;
@@ -38,12 +42,16 @@ pub use director::{
 };
 pub use error::ConfigError;
 pub use general::{General, Haproxy, Xclient};
+pub use imap::Imap;
 pub use listen::parse_listen;
+pub use lmtp::LmtpConfig;
 pub use locks::{LocksClient, LocksMode, LocksService};
 pub use log::{LogConfig, LogFormat};
+pub use pop3::Pop3;
 pub use secret::Secret;
 pub use services::{Service, ServiceName, Services, SslMode};
 pub use store::{StoreConfig, StoreMailbox};
+pub use submission::{RelaySsl, SubmissionConfig};
 pub use telemetry::{LivenessWatchdog, Telemetry};
 pub use tls::{CertPair, ClientTls, InternalTls};
 pub use warden::{WardenClient, WardenLimits, WardenService, WardenStateBackend};
@@ -88,6 +96,14 @@ pub struct Config {
     pub auth_client: AuthClient,
     /// The mail store: `mail_location`, special-use mailboxes (`store.*`).
     pub store: StoreConfig,
+    /// The POP3 session (`pop3.*`).
+    pub pop3: Pop3,
+    /// LMTP delivery (`lmtp.*`).
+    pub lmtp: LmtpConfig,
+    /// Message submission and its relay (`submission.*`).
+    pub submission: SubmissionConfig,
+    /// The IMAP session (`imap.*`).
+    pub imap: Imap,
 }
 
 impl Config {
@@ -126,6 +142,10 @@ impl Config {
         self.auth_service.validate()?;
         self.auth_client.validate()?;
         self.store.validate()?;
+        self.pop3.validate()?;
+        self.lmtp.validate()?;
+        self.submission.validate()?;
+        self.imap.validate()?;
         Ok(())
     }
 

@@ -6,6 +6,7 @@
 
 mod component;
 mod dispatch;
+mod mail;
 mod runtime;
 mod services;
 mod single;

@@ -50,10 +50,13 @@ pub fn main(args: SingleArgs) -> anyhow::Result<ExitCode> {
     build_runtime()?.block_on(run(config))
 }
 
-async fn run(config: Config) -> anyhow::Result<ExitCode> {
+async fn run(mut config: Config) -> anyhow::Result<ExitCode> {
     let data_dir = absolute(Path::new(&config.general.data_dir))?;
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("cannot create data directory {}", data_dir.display()))?;
+    // Every path derived from the data dir (users file, mail) is absolute.
+    config.general.data_dir = data_dir.display().to_string();
+    let config = Arc::new(config);
     let life = Lifecycle::new();
 
     let (certs, cert_note) = client_certificates(&config, &data_dir)?;
@@ -75,6 +78,36 @@ async fn run(config: Config) -> anyhow::Result<ExitCode> {
             }
         }));
 
+    // One process: in-memory locks and change events.
+    let events = Arc::new(yarilo_locks::MemoryEventBus::default());
+    let store = yarilo_store::Store::new(
+        yarilo_store::StoreSettings::from_config(&config.store, &config.general.data_dir),
+        Arc::new(yarilo_locks::MemoryLocker::new()),
+        events,
+    )
+    .context("store")?;
+    telemetry.metrics.register(|r| store.register_metrics(r));
+    let authenticator =
+        Arc::new(yarilo_auth::Authenticator::from_config(&config).context("auth")?);
+    telemetry
+        .metrics
+        .register(|r| authenticator.register_metrics(r));
+    let listener_metrics = telemetry
+        .metrics
+        .register(yarilo_listener::ListenerMetrics::register);
+    let mail = crate::mail::MailContext {
+        config: config.clone(),
+        store,
+        auth: yarilo_auth::AuthHandle::Local(authenticator),
+        certs: certs.clone(),
+        life: life.clone(),
+        metrics: telemetry.metrics.clone(),
+        health: telemetry.health.clone(),
+        listener_metrics,
+    };
+    let mut bound = Vec::new();
+    bound.extend(mail.start_imap().await?);
+
     println!("yarilo single {} running", env!("CARGO_PKG_VERSION"));
     println!("  data        {}", data_dir.display());
     println!("  tls         {cert_note}");
@@ -82,7 +115,12 @@ async fn run(config: Config) -> anyhow::Result<ExitCode> {
         Some(addr) => println!("  telemetry   http://{addr}  (/metrics /healthz /readyz)"),
         None => println!("  telemetry   off"),
     }
-    println!("  mail protocols: none is implemented in this build yet");
+    for (name, addr) in &bound {
+        println!("  {name:<11} {addr}");
+    }
+    println!(
+        "  not yet in this build: pop3, lmtp, submission, managesieve, jmap (their ports stay closed)"
+    );
     println!(
         "Add a user:  yarctl user add alice --password 'a-long-secret' --data {}",
         data_dir.display()

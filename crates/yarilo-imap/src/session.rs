@@ -1,0 +1,610 @@
+//! One IMAP connection: the command loop, the state machine and the
+//! dispatch to the command modules.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::FutureExt;
+use tracing::Instrument;
+use yarilo_auth::ExtraFields;
+use yarilo_imap_proto::command::Command;
+use yarilo_imap_proto::response::{Code, Data, Response, StatusKind};
+use yarilo_imap_proto::{BadReason, Limits, Outcome, ParseOptions};
+use yarilo_listener::ClientConn;
+use yarilo_store::UserStore;
+
+use crate::append::AppendInProgress;
+use crate::capability;
+use crate::conn::{Conn, Read};
+use crate::metrics::CommandLabels;
+use crate::names::Names;
+use crate::selected::{Selected, SyncMode};
+use crate::server::ImapServer;
+
+/// The logged-in user.
+pub(crate) struct UserCtx {
+    pub name: String,
+    pub store: UserStore,
+}
+
+/// Extensions the client turned on with ENABLE (or implicitly).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Enabled {
+    pub condstore: bool,
+    pub qresync: bool,
+    pub rev2: bool,
+    pub utf8: bool,
+}
+
+pub(crate) struct Session {
+    pub server: Arc<ImapServer>,
+    pub conn: Conn,
+    pub id: String,
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
+    pub user: Option<UserCtx>,
+    pub selected: Option<Selected>,
+    pub enabled: Enabled,
+    pub names: Names,
+    pub bad_in_row: u32,
+    pub auth_failures: u32,
+    pub append: Option<AppendInProgress>,
+    /// Set by LOGOUT or a fatal condition: end after flushing.
+    pub closing: bool,
+    /// Resolves when the process stops.
+    pub shutdown: Option<Shutdown>,
+    pub stopping: bool,
+}
+
+/// The "reply" of a command that already sent its tagged response
+/// (STARTTLS, a login failure ending the connection, IDLE).
+pub(crate) fn answered() -> Response {
+    Response::Continue(String::new())
+}
+
+fn is_answered(r: &Response) -> bool {
+    matches!(r, Response::Continue(s) if s.is_empty())
+}
+
+/// Waits for the process to stop (never, once it has been seen).
+pub(crate) async fn stopped(f: &mut Option<Shutdown>) {
+    match f.as_mut() {
+        Some(fut) => {
+            fut.await;
+            *f = None;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// The process-stop future, shareable so the session stays `Sync`.
+pub(crate) type Shutdown =
+    futures::future::Shared<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>;
+
+fn session_id() -> String {
+    use rand::Rng;
+    let n: u64 = rand::thread_rng().gen();
+    format!("{n:016x}")
+}
+
+impl Session {
+    pub fn new(server: Arc<ImapServer>, conn: ClientConn) -> Session {
+        let s = &server.settings;
+        let limits = Limits {
+            max_line: s.max_line_length,
+            max_command: s.max_line_length.max(s.max_literal) + s.max_line_length,
+            max_literal: s.max_literal as u64,
+            max_append: s.append_limit,
+            max_nonsync: None,
+        };
+        let metrics = server.metrics.clone();
+        let separator = s.separator;
+        Session {
+            conn: Conn::new(conn.stream, limits, metrics),
+            id: session_id(),
+            peer: conn.peer,
+            local: conn.local,
+            user: None,
+            selected: None,
+            enabled: Enabled::default(),
+            names: Names {
+                imap: separator,
+                store: '.',
+            },
+            bad_in_row: 0,
+            auth_failures: 0,
+            append: None,
+            closing: false,
+            shutdown: None,
+            stopping: false,
+            server,
+        }
+    }
+
+    pub fn secured(&self) -> bool {
+        self.conn.stream.is_tls()
+    }
+
+    pub async fn run(
+        mut self,
+        preauth: Option<(String, ExtraFields)>,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        let span = tracing::info_span!(
+            "imap",
+            session = %self.id,
+            ip = %self.peer.ip(),
+            user = tracing::field::Empty
+        );
+        let metrics = self.server.metrics.clone();
+        metrics.sessions_open.inc();
+        async {
+            self.serve(preauth, shutdown).await;
+        }
+        .instrument(span)
+        .await;
+        metrics.sessions_open.dec();
+        if self.user.is_some() {
+            metrics.sessions_authenticated.dec();
+        }
+    }
+
+    async fn serve(
+        &mut self,
+        preauth: Option<(String, ExtraFields)>,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        let boxed: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
+            Box::pin(shutdown);
+        self.shutdown = Some(boxed.shared());
+        match preauth {
+            Some((user, fields)) => match self.log_in(&user, &fields).await {
+                Ok(()) => {
+                    let caps = self.capabilities().await;
+                    self.conn.send(&Response::Status {
+                        tag: None,
+                        kind: StatusKind::PreAuth,
+                        code: Some(Code::Capability(caps)),
+                        text: format!("Logged in as {user}"),
+                    });
+                }
+                Err(r) => {
+                    let text = match r {
+                        Response::Status { text, .. } => text,
+                        _ => "Login failed.".into(),
+                    };
+                    self.conn.send(&Response::Status {
+                        tag: None,
+                        kind: StatusKind::Bye,
+                        code: Some(Code::Unavailable),
+                        text,
+                    });
+                    let _ = self.conn.flush().await;
+                    return;
+                }
+            },
+            None => {
+                let caps = self.capabilities().await;
+                self.conn.send(&Response::Status {
+                    tag: None,
+                    kind: StatusKind::Ok,
+                    code: Some(Code::Capability(caps)),
+                    text: "yarilo ready.".into(),
+                });
+            }
+        }
+        loop {
+            if self.closing {
+                let _ = self.conn.flush().await;
+                return;
+            }
+            match self.conn.rx.next() {
+                Outcome::Incomplete => {
+                    if self.conn.flush().await.is_err() {
+                        return;
+                    }
+                    let timeout = if self.user.is_some() {
+                        self.server.settings.autologout
+                    } else {
+                        self.server.settings.login_timeout
+                    };
+                    let stop = stopped(&mut self.shutdown);
+                    let read = tokio::select! {
+                        _ = stop => {
+                            self.stopping = true;
+                            self.bye("Server shutting down.");
+                            let _ = self.conn.flush().await;
+                            return;
+                        }
+                        r = self.conn.fill(timeout) => r,
+                    };
+                    match read {
+                        Ok(Read::Data) => {}
+                        Ok(Read::Eof) | Err(_) => return,
+                        Ok(Read::Timeout) => {
+                            self.bye("Disconnected for inactivity.");
+                            let _ = self.conn.flush().await;
+                            return;
+                        }
+                    }
+                }
+                Outcome::NeedLiteral { sync, .. } => {
+                    if sync {
+                        self.conn.raw(b"+ OK\r\n");
+                        if self.conn.flush().await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                Outcome::Command { tag, command } => {
+                    self.bad_in_row = 0;
+                    if self.command(tag, command).await.is_err() {
+                        return;
+                    }
+                }
+                Outcome::Append { tag, event } => {
+                    if self.append_event(tag, event).await.is_err() {
+                        return;
+                    }
+                }
+                Outcome::Bad { tag, reason } => {
+                    let cancelled = self.append.take().is_some();
+                    if cancelled {
+                        tracing::debug!("APPEND cancelled by a syntax error");
+                    }
+                    self.bad(tag, &reason);
+                }
+                Outcome::IdleDone | Outcome::SaslResponse(_) | Outcome::SaslCancel => {}
+            }
+        }
+    }
+
+    fn bye(&mut self, text: &str) {
+        self.conn.send(&Response::Status {
+            tag: None,
+            kind: StatusKind::Bye,
+            code: None,
+            text: text.into(),
+        });
+        self.closing = true;
+    }
+
+    fn bad(&mut self, tag: Option<String>, reason: &BadReason) {
+        self.bad_in_row += 1;
+        let code = match reason {
+            BadReason::LiteralTooLarge { .. } => Some(Code::TooBig),
+            _ => None,
+        };
+        let text = format!("Error in IMAP command: {reason}");
+        self.server
+            .metrics
+            .commands
+            .get_or_create(&CommandLabels {
+                command: "unparsed",
+                result: "bad",
+            })
+            .inc();
+        self.conn.send(&Response::bad(tag, code, text));
+        if self.bad_in_row >= self.server.settings.max_bad_commands {
+            self.bye("Too many invalid IMAP commands.");
+        }
+    }
+
+    /// The capability list for the current state.
+    pub async fn capabilities(&self) -> Vec<String> {
+        if self.user.is_some() {
+            return capability::post_login(
+                self.server.settings.append_limit,
+                &self.server.settings.capability_override,
+            );
+        }
+        let mechs = self
+            .server
+            .auth
+            .mechanisms(self.secured(), self.peer.ip())
+            .await;
+        let login_ok = mechs.iter().any(|m| m == "PLAIN");
+        let starttls = !self.secured() && self.server.starttls.is_some();
+        capability::pre_login(starttls, login_ok, &mechs)
+    }
+
+    pub fn sync_mode(&self, expunges: bool) -> SyncMode {
+        SyncMode {
+            expunges,
+            qresync: self.enabled.qresync,
+            condstore: self.enabled.condstore,
+            rev2: self.enabled.rev2,
+        }
+    }
+
+    /// Picks up changes (from the disk when `refresh`) and queues the
+    /// untagged responses. `skip`: UIDs whose flags the command reported.
+    pub async fn sync_selected(&mut self, expunges: bool, skip: &[u32]) {
+        let mode = self.sync_mode(expunges);
+        let Some(sel) = self.selected.as_mut() else {
+            return;
+        };
+        sel.drain_events();
+        let view = match sel.mailbox.refresh().await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "mailbox refresh failed; using the last known state");
+                sel.mailbox.view()
+            }
+        };
+        let user = self.user.as_ref().map(|u| u.name.clone()).unwrap_or_default();
+        let recent = &self.server.recent;
+        let store_name = sel.mailbox.name().to_string();
+        let mut out = Vec::new();
+        sel.sync(
+            view,
+            mode,
+            skip,
+            |highest| recent.claim(&user, &store_name, highest, 0),
+            &mut out,
+        );
+        for r in &out {
+            self.conn.send(r);
+        }
+    }
+
+    /// Runs one command: state check, handler, untagged updates, tagged
+    /// reply, metrics. `Err` only when the connection is gone.
+    async fn command(&mut self, tag: String, cmd: Command) -> std::io::Result<()> {
+        let name = cmd.name();
+        let started = Instant::now();
+        // Expunges may not be reported while the client could be holding
+        // MSNs in a pipeline of FETCH/STORE/SEARCH (RFC 9051 §7.5.1).
+        let msn_bound = match &cmd {
+            Command::Fetch { uid, .. } => !uid,
+            Command::Store(s) => !s.uid,
+            Command::Search(s) => !s.uid,
+            _ => false,
+        };
+        let reply = if let Some(r) = self.state_check(&tag, &cmd) {
+            r
+        } else {
+            self.dispatch(&tag, cmd).await?
+        };
+        self.complete(name, reply, started, msn_bound).await
+    }
+
+    /// Ends a command that finished outside [`Session::command`] (a
+    /// streamed APPEND).
+    pub(crate) async fn finish_command(
+        &mut self,
+        name: &'static str,
+        reply: Response,
+        started: Instant,
+    ) -> std::io::Result<()> {
+        self.complete(name, reply, started, false).await
+    }
+
+    /// Untagged updates, the tagged reply, metrics.
+    async fn complete(
+        &mut self,
+        name: &'static str,
+        reply: Response,
+        started: Instant,
+        msn_bound: bool,
+    ) -> std::io::Result<()> {
+        if self.selected.is_some() && !self.closing {
+            self.sync_selected(!msn_bound, &[]).await;
+        }
+        let already = is_answered(&reply);
+        let result = match &reply {
+            _ if already => "ok",
+            Response::Status { kind: StatusKind::Ok, .. } => "ok",
+            Response::Status { kind: StatusKind::No, .. } => "no",
+            _ => "bad",
+        };
+        if result == "bad" {
+            self.bad_in_row += 1;
+        }
+        if !already {
+            self.conn.send(&reply);
+        }
+        let labels = CommandLabels {
+            command: name,
+            result,
+        };
+        let m = &self.server.metrics;
+        m.commands.get_or_create(&labels).inc();
+        m.command_seconds
+            .get_or_create(&labels)
+            .observe(started.elapsed().as_secs_f64());
+        if self.bad_in_row >= self.server.settings.max_bad_commands {
+            self.bye("Too many invalid IMAP commands.");
+        }
+        self.conn.maybe_flush().await
+    }
+
+    /// BAD for a command the state does not allow.
+    fn state_check(&self, tag: &str, cmd: &Command) -> Option<Response> {
+        use Command::*;
+        let authed = self.user.is_some();
+        let selected = self.selected.is_some();
+        let need_auth = !matches!(
+            cmd,
+            Capability | Noop | Logout | Id(_) | StartTls | Authenticate { .. } | Login { .. }
+        );
+        if !authed && need_auth {
+            return Some(Response::bad(
+                Some(tag.to_string()),
+                None,
+                "Please log in first.",
+            ));
+        }
+        if authed && matches!(cmd, StartTls | Authenticate { .. } | Login { .. }) {
+            return Some(Response::bad(
+                Some(tag.to_string()),
+                None,
+                "Already logged in.",
+            ));
+        }
+        let need_selected = matches!(
+            cmd,
+            Check
+                | Close
+                | Unselect
+                | Expunge
+                | UidExpunge(_)
+                | Search(_)
+                | Fetch { .. }
+                | Store(_)
+                | Copy { .. }
+                | Move { .. }
+        );
+        if need_selected && !selected {
+            return Some(Response::bad(
+                Some(tag.to_string()),
+                None,
+                "No mailbox selected.",
+            ));
+        }
+        None
+    }
+
+    async fn dispatch(&mut self, tag: &str, cmd: Command) -> std::io::Result<Response> {
+        let ok = |text: &str| Response::ok(tag, None, text);
+        Ok(match cmd {
+            Command::Capability => {
+                let caps = self.capabilities().await;
+                self.conn.send(&Response::Data(Data::Capability(caps)));
+                ok("Capability completed.")
+            }
+            Command::Noop => ok("NOOP completed."),
+            Command::Check => ok("CHECK completed."),
+            Command::Logout => {
+                self.bye("Logging out");
+                ok("Logout completed.")
+            }
+            Command::Id(_) => {
+                self.conn.send(&Response::Data(Data::Id(Some(vec![
+                    ("name".into(), Some("yarilo".into())),
+                    ("version".into(), Some(env!("CARGO_PKG_VERSION").into())),
+                ]))));
+                ok("ID completed.")
+            }
+            Command::StartTls => return self.starttls(tag).await,
+            Command::Login { username, password } => {
+                return self.login(tag, &username, &password).await
+            }
+            Command::Authenticate { mechanism, initial } => {
+                return self.authenticate(tag, &mechanism, initial).await
+            }
+            Command::Enable(caps) => self.enable(tag, &caps),
+            Command::Namespace => {
+                self.conn.send(&Response::Data(Data::Namespace {
+                    personal: vec![yarilo_imap_proto::response::NamespaceDesc {
+                        prefix: String::new(),
+                        delimiter: Some(self.names.imap),
+                    }],
+                    other: Vec::new(),
+                    shared: Vec::new(),
+                }));
+                ok("Namespace completed.")
+            }
+            Command::Select(s) => self.select(tag, s, false).await,
+            Command::Examine(s) => self.select(tag, s, true).await,
+            Command::Create {
+                mailbox,
+                special_use,
+            } => self.create(tag, mailbox, special_use).await,
+            Command::Delete(m) => self.delete(tag, m).await,
+            Command::Rename { from, to } => self.rename(tag, from, to).await,
+            Command::Subscribe(m) => self.subscribe(tag, m, true).await,
+            Command::Unsubscribe(m) => self.subscribe(tag, m, false).await,
+            Command::List(l) => self.list(tag, l).await,
+            Command::Lsub { reference, pattern } => self.lsub(tag, &reference, &pattern).await,
+            Command::Status { mailbox, items } => self.status(tag, mailbox, items).await,
+            Command::Append { mailbox, messages } => {
+                self.append_whole(tag, mailbox, messages).await
+            }
+            Command::Idle => return self.idle(tag).await,
+            Command::Close => self.close(tag, true).await,
+            Command::Unselect => self.close(tag, false).await,
+            Command::Expunge => self.expunge(tag, None).await,
+            Command::UidExpunge(set) => self.expunge(tag, Some(set)).await,
+            Command::Search(s) => self.search(tag, s).await?,
+            Command::Fetch {
+                uid,
+                set,
+                attrs,
+                modifiers,
+            } => return self.fetch(tag, uid, set, attrs, modifiers).await,
+            Command::Store(s) => self.store(tag, s).await,
+            Command::Copy { uid, set, mailbox } => self.copy(tag, uid, set, mailbox, false).await,
+            Command::Move { uid, set, mailbox } => self.copy(tag, uid, set, mailbox, true).await,
+            other => Response::bad(
+                Some(tag.to_string()),
+                None,
+                format!("Unknown command {}", other.name()),
+            ),
+        })
+    }
+
+    fn enable(&mut self, tag: &str, caps: &[String]) -> Response {
+        let mut done = Vec::new();
+        for c in caps {
+            let c = c.to_ascii_uppercase();
+            let newly = match c.as_str() {
+                "CONDSTORE" => !std::mem::replace(&mut self.enabled.condstore, true),
+                "QRESYNC" => {
+                    self.enabled.condstore = true;
+                    !std::mem::replace(&mut self.enabled.qresync, true)
+                }
+                "IMAP4REV2" => !std::mem::replace(&mut self.enabled.rev2, true),
+                "UTF8=ACCEPT" => !std::mem::replace(&mut self.enabled.utf8, true),
+                _ => false,
+            };
+            if newly {
+                done.push(if c == "IMAP4REV2" {
+                    "IMAP4rev2".to_string()
+                } else {
+                    c
+                });
+            }
+        }
+        if self.enabled.rev2 || self.enabled.utf8 {
+            self.conn.enc.utf8 = true;
+            self.conn.rx.set_options(ParseOptions { utf8_names: true });
+        }
+        self.conn.send(&Response::Data(Data::Enabled(done)));
+        Response::ok(tag, None, "Enabled.")
+    }
+
+    /// After authentication: opens the user's store.
+    pub async fn log_in(&mut self, user: &str, fields: &ExtraFields) -> Result<(), Response> {
+        let info = yarilo_store::UserInfo {
+            user: user.to_string(),
+            home: fields.get("home").unwrap_or_default().to_string(),
+        };
+        match self.server.store.user(&info).await {
+            Ok(store) => {
+                self.names.store = store.separator();
+                tracing::Span::current().record("user", user);
+                tracing::info!("logged in");
+                self.server.metrics.sessions_authenticated.inc();
+                self.user = Some(UserCtx {
+                    name: user.to_string(),
+                    store,
+                });
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot open the user's mail store");
+                Err(Response::no(
+                    "*",
+                    Some(Code::Unavailable),
+                    "Mail storage is not available; try again later.",
+                ))
+            }
+        }
+    }
+
+    pub fn user_store(&self) -> Option<UserStore> {
+        self.user.as_ref().map(|u| u.store.clone())
+    }
+}

@@ -1,0 +1,96 @@
+//! yarilo's MIME layer: raw RFC 5322 messages into the values IMAP FETCH
+//! and SEARCH need (ENVELOPE, BODYSTRUCTURE, BODY[section], BINARY[part],
+//! header/body/text matching, the sent date).
+//!
+//! Implements RFC 5322 (message format, addresses, dates), RFC 2045/2046
+//! (MIME entities, multipart boundaries, message/rfc822), RFC 2047
+//! (encoded-words, for SEARCH), RFC 2183 (Content-Disposition), RFC 9051
+//! §6.4.5 / §7.5.2 and RFC 3501 §6.4.5 / §7.4.2 (section numbering,
+//! ENVELOPE, BODYSTRUCTURE) and RFC 3516 (BINARY). Where the RFCs leave
+//! room the behaviour follows Dovecot 2.3 (see the module docs).
+//!
+//! Invariants: no function panics on any input; nesting is bounded by
+//! [`MAX_DEPTH`]; bytes are taken as stored (CRLF or LF line ends are not
+//! converted, so sizes and offsets match what BODY[] returns from the same
+//! bytes).
+
+mod address;
+mod content;
+mod date;
+mod decode;
+mod header;
+mod part;
+mod search;
+mod section;
+mod structure;
+mod token;
+
+#[cfg(test)]
+mod tests;
+
+use yarilo_imap_proto::command::Section;
+use yarilo_imap_proto::response::{BodyStructure, Envelope};
+
+pub use decode::UnknownCte;
+pub use part::MAX_DEPTH;
+
+/// ENVELOPE from a header section (or whole message). Raw header bytes
+/// (not RFC 2047-decoded), unfolded; addresses per RFC 9051 §7.5.2 incl.
+/// groups (group start = (NIL NIL "group" NIL), end = (NIL NIL NIL NIL));
+/// sender/reply-to default to from when absent; NIL where absent.
+pub fn envelope(header: &[u8]) -> Envelope {
+    address::envelope(header)
+}
+
+/// BODYSTRUCTURE (extensible form data filled: md5, disposition,
+/// language, location, params); sizes in octets of the encoded body as
+/// stored, text line counts, message/rfc822 nesting (envelope + body +
+/// lines), multipart with boundaries; defaults per RFC 2045 (text/plain;
+/// charset=us-ascii, 7BIT). Never panics; depth bounded.
+pub fn body_structure(raw: &[u8]) -> BodyStructure {
+    structure::of(raw, &part::Part::parse(raw))
+}
+
+/// The bytes of BODY[section] before <partial> is applied; None if the
+/// part does not exist (the session answers an empty string). Covers ""
+/// (whole), HEADER, HEADER.FIELDS (names case-insensitive, returns
+/// matching fields in message order + terminating CRLF),
+/// HEADER.FIELDS.NOT, TEXT, MIME, numeric parts, nested message/rfc822
+/// (1.2.HEADER etc.), and the RFC rule that part 1 of a non-multipart
+/// message is its body.
+pub fn section(raw: &[u8], section: &Section) -> Option<Vec<u8>> {
+    section::section(raw, section)
+}
+
+/// BINARY[part]: the decoded content (base64, quoted-printable,
+/// 7bit/8bit/binary pass-through). Err(UnknownCte) for an unknown
+/// Content-Transfer-Encoding (session answers [UNKNOWN-CTE]).
+pub fn binary(raw: &[u8], part: &[u32]) -> Result<Option<Vec<u8>>, UnknownCte> {
+    section::binary(raw, part)
+}
+
+/// SEARCH HEADER <field> <needle> / FROM/TO/CC/BCC/SUBJECT:
+/// case-insensitive substring over the RFC 2047-decoded, unfolded field
+/// value(s); empty needle matches if the field exists.
+pub fn header_matches(header: &[u8], field: &str, needle: &str) -> bool {
+    search::header_matches(header, field, needle)
+}
+
+/// SEARCH BODY: substring (case-insensitive, Unicode simple folding) in
+/// the text of the body parts after transfer decoding and charset
+/// conversion to UTF-8 (unknown charsets: UTF-8 when valid, else
+/// Latin-1).
+pub fn body_contains(raw: &[u8], needle: &str) -> bool {
+    search::body_contains(raw, needle)
+}
+
+/// SEARCH TEXT: header (decoded) or body.
+pub fn text_contains(raw: &[u8], needle: &str) -> bool {
+    search::text_contains(raw, needle)
+}
+
+/// The Date: header as unix seconds (for SENTBEFORE/SENTON/SENTSINCE,
+/// SORT later).
+pub fn sent_date(header: &[u8]) -> Option<i64> {
+    date::sent_date(header)
+}
