@@ -124,11 +124,14 @@ impl Selected {
         out: &mut Vec<Response>,
     ) {
         let old = std::mem::replace(&mut self.view, new.clone());
-        let unchanged = Arc::ptr_eq(&old, &new)
-            || (old.highest_modseq() == new.highest_modseq()
-                && old.uidnext() == new.uidnext()
-                && old.len() == new.len()
-                && old.uidvalidity() == new.uidvalidity());
+        // Expunges deferred by an earlier sync leave `uids` longer than
+        // the view: that is never "unchanged".
+        let unchanged = self.uids.len() == new.len()
+            && (Arc::ptr_eq(&old, &new)
+                || (old.highest_modseq() == new.highest_modseq()
+                    && old.uidnext() == new.uidnext()
+                    && old.len() == new.len()
+                    && old.uidvalidity() == new.uidvalidity()));
         if unchanged {
             return;
         }

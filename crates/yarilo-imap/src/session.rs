@@ -95,7 +95,8 @@ impl Session {
             max_line: s.max_line_length,
             max_command: s.max_line_length.max(s.max_literal) + s.max_line_length,
             max_literal: s.max_literal as u64,
-            max_append: s.append_limit,
+            // The session answers NO [TOOBIG] itself (RFC 7889).
+            max_append: u64::MAX,
             max_nonsync: None,
         };
         let metrics = server.metrics.clone();

@@ -1,0 +1,155 @@
+//! IMAP with real clients and exact responses.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{Raw, USER};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn imaplib_full_workflow() {
+    let s = common::start().await;
+    let out = common::python(
+        "imaplib_workflow.py",
+        &[
+            s.addr.port().to_string(),
+            USER.to_string(),
+            common::PASS.to_string(),
+            s.maildir(USER).display().to_string(),
+        ],
+    )
+    .await;
+    assert!(out.contains("workflow ok"), "{out}");
+    println!("{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn select_and_updates_are_exact() {
+    let s = common::start().await;
+    let mut a = Raw::login(s.addr, USER).await;
+    let mut b = Raw::login(s.addr, USER).await;
+    let r = a.cmd("a1 SELECT INBOX").await;
+    assert_eq!(r[0], "* FLAGS (\\Answered \\Flagged \\Deleted \\Seen \\Draft)");
+    assert_eq!(
+        r[1],
+        "* OK [PERMANENTFLAGS (\\Answered \\Flagged \\Deleted \\Seen \\Draft \\*)] Flags permitted."
+    );
+    assert_eq!(r[2], "* 0 EXISTS");
+    assert_eq!(r[3], "* 0 RECENT");
+    assert!(r[4].starts_with("* OK [UIDVALIDITY "), "{r:?}");
+    assert_eq!(r[5], "* OK [UIDNEXT 1] Predicted next UID");
+    assert!(r.last().unwrap().starts_with("a1 OK [READ-WRITE]"), "{r:?}");
+
+    // Another session appends three messages.
+    for i in 1..=3 {
+        b.send(&format!("b{i} APPEND INBOX {{20+}}\r\nSubject: m{i}\r\n\r\nhello"))
+            .await;
+        let l = b.line().await;
+        assert!(l.starts_with(&format!("b{i} OK [APPENDUID ")), "{l}");
+    }
+    let r = a.cmd("a2 NOOP").await;
+    assert_eq!(r, vec!["* 3 EXISTS", "* 3 RECENT", "a2 OK NOOP completed."]);
+
+    // \Recent belongs to the first session that saw the messages.
+    let r = b.cmd("b4 SELECT INBOX").await;
+    assert!(r.contains(&"* 0 RECENT".to_string()), "{r:?}");
+
+    // b expunges message 2; a gets no EXPUNGE during FETCH by MSN (it
+    // sees the state it was told about), but gets it at the next NOOP,
+    // and the numbering follows.
+    b.cmd("b5 STORE 2 +FLAGS.SILENT (\\Deleted)").await;
+    let r = b.cmd("b6 EXPUNGE").await;
+    assert_eq!(r, vec!["* 2 EXPUNGE", "b6 OK Expunge completed."]);
+    let r = a.cmd("a3 FETCH 1:3 (UID)").await;
+    assert_eq!(
+        r,
+        vec![
+            "* 1 FETCH (UID 1)",
+            "* 2 FETCH (UID 2)",
+            "* 3 FETCH (UID 3)",
+            "a3 OK Fetch completed."
+        ],
+        "{r:?}"
+    );
+    let r = a.cmd("a4 NOOP").await;
+    assert_eq!(r, vec!["* 2 EXPUNGE", "a4 OK NOOP completed."]);
+    let r = a.cmd("a5 FETCH 2 (UID FLAGS)").await;
+    assert_eq!(r[0], "* 2 FETCH (UID 3 FLAGS (\\Recent))");
+
+    // Flag changes by b reach a as FETCH FLAGS; CONDSTORE adds MODSEQ.
+    a.cmd("a6 ENABLE CONDSTORE").await;
+    b.cmd("b7 STORE 1 +FLAGS.SILENT (\\Seen)").await;
+    let r = a.cmd("a7 NOOP").await;
+    assert_eq!(r.len(), 2, "{r:?}");
+    assert!(
+        r[0].starts_with("* 1 FETCH (FLAGS (\\Seen \\Recent) MODSEQ ("),
+        "{r:?}"
+    );
+
+    // Errors carry the right codes.
+    let r = a.cmd("a8 SELECT Nope").await;
+    assert_eq!(r, vec!["* OK [CLOSED] Previous mailbox closed.", "a8 NO [NONEXISTENT] Mailbox doesn't exist."]);
+    let r = a.cmd("a9 FETCH 1 FLAGS").await;
+    assert_eq!(r, vec!["a9 BAD No mailbox selected."]);
+    let r = a.cmd("a10 APPEND Nope {5}").await;
+    assert_eq!(r, vec!["a10 NO [TRYCREATE] Mailbox doesn't exist."]);
+    let r = a.cmd("a11 APPEND INBOX {99999999999}").await;
+    assert_eq!(r, vec!["a11 NO [TOOBIG] Message too large."]);
+    let r = a.cmd("a12 LOGOUT").await;
+    assert_eq!(r, vec!["* BYE Logging out", "a12 OK Logout completed."]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qresync_reports_vanished() {
+    let s = common::start().await;
+    let mut a = Raw::login(s.addr, USER).await;
+    a.cmd("a1 ENABLE QRESYNC").await;
+    for i in 1..=4 {
+        a.send(&format!("x{i} APPEND INBOX {{20+}}\r\nSubject: q{i}\r\n\r\nhello"))
+            .await;
+        a.line().await;
+    }
+    let r = a.cmd("a2 SELECT INBOX").await;
+    let uidvalidity: u32 = r
+        .iter()
+        .find_map(|l| l.strip_prefix("* OK [UIDVALIDITY "))
+        .and_then(|l| l.split(']').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    let hms: u64 = r
+        .iter()
+        .find_map(|l| l.strip_prefix("* OK [HIGHESTMODSEQ "))
+        .and_then(|l| l.split(']').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    a.cmd("a3 UID STORE 2,3 +FLAGS.SILENT (\\Deleted)").await;
+    let r = a.cmd("a4 UID EXPUNGE 2").await;
+    assert_eq!(r, vec!["* VANISHED 2", "a4 OK Expunge completed."]);
+    a.cmd("a5 UNSELECT").await;
+    let r = a
+        .cmd(&format!("a6 SELECT INBOX (QRESYNC ({uidvalidity} {hms} 1:4))"))
+        .await;
+    assert!(r.contains(&"* VANISHED (EARLIER) 2".to_string()), "{r:?}");
+    assert!(
+        r.iter()
+            .any(|l| l.starts_with("* 2 FETCH (UID 3 FLAGS (\\Deleted) MODSEQ (")),
+        "{r:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_and_login_failures() {
+    let s = common::start().await;
+    let mut c = Raw::connect(s.addr).await;
+    let r = c.cmd("a1 LOGIN alice wrong").await;
+    assert_eq!(r, vec!["a1 NO [AUTHENTICATIONFAILED] Authentication failed."]);
+    let r = c.cmd("a2 SELECT INBOX").await;
+    assert_eq!(r, vec!["a2 BAD Please log in first."]);
+    let long = "x".repeat(70_000);
+    let r = c.cmd(&format!("a3 NOOP {long}")).await;
+    assert!(r.last().unwrap().contains("BAD"), "{r:?}");
+    let r = c.cmd("a4 CAPABILITY").await;
+    assert!(r[0].starts_with("* CAPABILITY IMAP4rev1 IMAP4rev2"), "{r:?}");
+    assert!(r[0].contains("STARTTLS"), "{r:?}");
+}
