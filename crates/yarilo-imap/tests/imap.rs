@@ -153,3 +153,72 @@ async fn limits_and_login_failures() {
     assert!(r[0].starts_with("* CAPABILITY IMAP4rev1 IMAP4rev2"), "{r:?}");
     assert!(r[0].contains("STARTTLS"), "{r:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extensions_exact() {
+    let s = common::start().await;
+    let mut a = Raw::login(s.addr, USER).await;
+    let r = a.cmd("e1 NAMESPACE").await;
+    assert_eq!(r, vec!["* NAMESPACE ((\"\" \"/\")) NIL NIL", "e1 OK Namespace completed."]);
+    let r = a.cmd("e2 ENABLE IMAP4rev2 CONDSTORE X-UNKNOWN").await;
+    assert_eq!(r, vec!["* ENABLED IMAP4rev2 CONDSTORE", "e2 OK Enabled."]);
+
+    // MULTIAPPEND with LITERAL+: all messages or none.
+    let m1 = "Subject: one\r\nMIME-Version: 1.0\r\nContent-Type: text/plain\r\nContent-Transfer-Encoding: base64\r\n\r\naGVsbG8gd29ybGQ=\r\n";
+    let m2 = "Subject: two\r\n\r\nsecond body\r\n";
+    a.send(&format!(
+        "e3 APPEND INBOX (\\Seen) {{{}+}}\r\n{m1} (\\Flagged) {{{}+}}\r\n{m2}",
+        m1.len(),
+        m2.len()
+    ))
+    .await;
+    let l = a.line().await;
+    assert!(l.starts_with("e3 OK [APPENDUID ") && l.contains(" 1:2] "), "{l}");
+    let r = a.cmd("e4 SELECT INBOX").await;
+    assert!(r.contains(&"* 2 EXISTS".to_string()), "{r:?}");
+    assert!(r.contains(&"* LIST () \"/\" INBOX".to_string()), "{r:?}");
+    assert!(!r.iter().any(|l| l.contains("RECENT")), "rev2 has no RECENT: {r:?}");
+
+    // ESEARCH and SEARCHRES.
+    let r = a.cmd("e5 UID SEARCH RETURN (MIN MAX COUNT ALL) ALL").await;
+    assert_eq!(
+        r,
+        vec!["* ESEARCH (TAG \"e5\") UID MIN 1 MAX 2 COUNT 2 ALL 1:2", "e5 OK Search completed."]
+    );
+    let r = a.cmd("e6 SEARCH RETURN (SAVE) FLAGGED").await;
+    assert_eq!(r, vec!["e6 OK Search completed."]);
+    let r = a.cmd("e7 FETCH $ (UID)").await;
+    assert_eq!(r, vec!["* 2 FETCH (UID 2)", "e7 OK Fetch completed."]);
+    let r = a.cmd("e8 SEARCH RETURN () SUBJECT two").await;
+    assert_eq!(r, vec!["* ESEARCH (TAG \"e8\") ALL 2", "e8 OK Search completed."]);
+
+    // BINARY decodes the transfer encoding.
+    let r = a.cmd("e9 FETCH 1 (BINARY.PEEK[1] BINARY.SIZE[1])").await;
+    assert_eq!(r[0], "* 1 FETCH (BINARY[1] \"hello world\" BINARY.SIZE[1] 11)");
+
+    // STATUS=SIZE and LIST-STATUS.
+    let r = a.cmd("e10 STATUS INBOX (MESSAGES SIZE UNSEEN HIGHESTMODSEQ)").await;
+    let size = m1.len() + m2.len();
+    assert!(
+        r[0].starts_with(&format!("* STATUS INBOX (MESSAGES 2 SIZE {size} UNSEEN 1 HIGHESTMODSEQ ")),
+        "{r:?}"
+    );
+    a.cmd("e11 CREATE Lists/Deep").await;
+    let r = a
+        .cmd("e12 LIST (SUBSCRIBED RECURSIVEMATCH) \"\" \"*\" RETURN (CHILDREN STATUS (MESSAGES))")
+        .await;
+    assert!(r.iter().any(|l| l == "* LIST (\\Subscribed \\HasNoChildren \\Sent) \"/\" Sent"), "{r:?}");
+    assert!(r.iter().any(|l| l == "* STATUS Sent (MESSAGES 0)"), "{r:?}");
+    let r = a.cmd("e13 LIST \"\" \"Lists/%\"").await;
+    assert_eq!(r, vec!["* LIST (\\HasNoChildren) \"/\" Lists/Deep", "e13 OK List completed."]);
+    let r = a.cmd("e14 LIST \"\" \"%\"").await;
+    assert!(r.iter().any(|l| l == "* LIST (\\NonExistent \\HasChildren) \"/\" Lists"), "{r:?}");
+    let r = a.cmd("e15 CREATE Bad.Name").await;
+    assert_eq!(r, vec!["e15 NO [CANNOT] Character not allowed in mailbox name: '.'"]);
+
+    // UNCHANGEDSINCE: a stale modseq is refused with MODIFIED.
+    let r = a.cmd("e16 UID STORE 1 (UNCHANGEDSINCE 1) +FLAGS (\\Answered)").await;
+    assert_eq!(r, vec!["e16 OK [MODIFIED 1] Conditional STORE failed."]);
+    let r = a.cmd("e17 ID (\"name\" \"test\")").await;
+    assert!(r[0].starts_with("* ID (\"name\" \"yarilo\""), "{r:?}");
+}
