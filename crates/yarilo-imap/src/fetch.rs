@@ -103,23 +103,45 @@ struct Loaded {
     full: Option<Vec<u8>>,
 }
 
-async fn load(mailbox: &Mailbox, uid: u32, need: Need) -> Result<Loaded, StoreError> {
+/// Loads what `need` asks for of each UID, in order; `None` for a
+/// message that is gone.
+async fn load_many(
+    mailbox: &Mailbox,
+    uids: &[u32],
+    need: Need,
+) -> Result<Vec<Option<Loaded>>, StoreError> {
     Ok(match need {
-        Need::Nothing => Loaded {
-            header: None,
-            full: None,
-        },
-        Need::Header => Loaded {
-            header: Some(crlf(mailbox.read_header(uid).await?)),
-            full: None,
-        },
-        Need::Full => {
-            let full = crlf(mailbox.read_message(uid).await?);
-            Loaded {
-                header: None,
-                full: Some(full),
-            }
-        }
+        Need::Nothing => uids
+            .iter()
+            .map(|_| {
+                Some(Loaded {
+                    header: None,
+                    full: None,
+                })
+            })
+            .collect(),
+        Need::Header => mailbox
+            .read_headers(uids)
+            .await?
+            .into_iter()
+            .map(|(_, h)| {
+                h.map(|h| Loaded {
+                    header: Some(crlf(h)),
+                    full: None,
+                })
+            })
+            .collect(),
+        Need::Full => mailbox
+            .read_messages(uids)
+            .await?
+            .into_iter()
+            .map(|(_, m)| {
+                m.map(|m| Loaded {
+                    header: None,
+                    full: Some(crlf(m)),
+                })
+            })
+            .collect(),
     })
 }
 
@@ -243,42 +265,48 @@ impl Session {
         }
         let need = attrs.iter().map(need_of).max().unwrap_or(Need::Nothing);
         let mut missing = false;
-        for (msn, uid_) in targets {
-            let Some(rec) = view.by_uid(uid_) else {
-                missing = true;
-                continue;
-            };
-            let loaded = match load(&mailbox, uid_, need).await {
-                Ok(l) => l,
-                Err(StoreError::NoMessage(_)) => {
-                    missing = true;
-                    continue;
-                }
+        // Messages are read in batches (one trip to the blocking pool
+        // each), bounded so a FETCH 1:* never holds a mailbox in memory.
+        let batch = match need {
+            Need::Full => 16,
+            _ => 256,
+        };
+        for chunk in targets.chunks(batch) {
+            let uids: Vec<u32> = chunk.iter().map(|(_, u)| *u).collect();
+            let mut contents = match load_many(&mailbox, &uids, need).await {
+                Ok(c) => c.into_iter(),
                 Err(e) => return Ok(store_no(tag, &e)),
             };
-            let recent = self
-                .selected
-                .as_ref()
-                .is_some_and(|s| s.is_recent(uid_));
-            let mut items = Vec::with_capacity(attrs.len() + 1);
-            for a in &attrs {
-                match self.item(a, &view, rec, recent, &loaded) {
-                    Ok(Some(i)) => items.push(i),
-                    Ok(None) => {}
-                    Err(ItemError::UnknownCte) => {
-                        return Ok(Response::no(
-                            tag,
-                            Some(Code::UnknownCte),
-                            "Unknown Content-Transfer-Encoding.",
-                        ))
+            for &(msn, uid_) in chunk {
+                let loaded = contents.next().flatten();
+                let (Some(rec), Some(loaded)) = (view.by_uid(uid_), loaded) else {
+                    missing = true;
+                    continue;
+                };
+                let recent = self
+                    .selected
+                    .as_ref()
+                    .is_some_and(|s| s.is_recent(uid_));
+                let mut items = Vec::with_capacity(attrs.len() + 1);
+                for a in &attrs {
+                    match self.item(a, &view, rec, recent, &loaded) {
+                        Ok(Some(i)) => items.push(i),
+                        Ok(None) => {}
+                        Err(ItemError::UnknownCte) => {
+                            return Ok(Response::no(
+                                tag,
+                                Some(Code::UnknownCte),
+                                "Unknown Content-Transfer-Encoding.",
+                            ))
+                        }
                     }
                 }
+                if seen_set.binary_search(&uid_).is_ok() && !attrs.contains(&FetchAttr::Flags) {
+                    items.push(FetchItem::Flags(flags_of(&view, uid_, recent)));
+                }
+                self.conn.send(&Response::Data(Data::Fetch { seq: msn, items }));
+                self.conn.maybe_flush().await?;
             }
-            if seen_set.binary_search(&uid_).is_ok() && !attrs.contains(&FetchAttr::Flags) {
-                items.push(FetchItem::Flags(flags_of(&view, uid_, recent)));
-            }
-            self.conn.send(&Response::Data(Data::Fetch { seq: msn, items }));
-            self.conn.maybe_flush().await?;
         }
         // The flags the client just saw are now known: no duplicate
         // FETCH from the sync for our own \Seen.

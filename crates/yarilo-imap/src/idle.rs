@@ -7,9 +7,11 @@
 //! While idling the session drops its buffers: what remains is the state
 //! machine, the MSN map and the socket.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
 use std::time::Duration;
 
-use rand::Rng;
 use tokio::sync::broadcast;
 use yarilo_imap_proto::response::Response;
 use yarilo_imap_proto::{Expect, Outcome};
@@ -26,19 +28,16 @@ impl Session {
         self.conn.rx.expect(Expect::IdleDone);
         self.conn.shrink();
         self.server.metrics.sessions_idle.inc();
+        let _watch = self
+            .selected
+            .as_ref()
+            .map(|s| self.server.idle_watch.watch(&self.server, &s.mailbox));
         let r = self.idle_loop(tag).await;
         self.server.metrics.sessions_idle.dec();
         r
     }
 
     async fn idle_loop(&mut self, tag: &str) -> std::io::Result<Response> {
-        let check = self.server.settings.idle_check_interval;
-        // Spread the checks of many sessions over the interval.
-        let offset = Duration::from_millis(
-            rand::thread_rng().gen_range(0..check.as_millis().max(1) as u64),
-        );
-        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + offset, check);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let deadline = tokio::time::sleep(self.server.settings.idle_timeout);
         tokio::pin!(deadline);
         loop {
@@ -60,12 +59,10 @@ impl Session {
             enum Wake {
                 Read(std::io::Result<Read>),
                 Event,
-                Tick,
                 Timeout,
                 Stop,
             }
             let wake = {
-                let has_selected = self.selected.is_some();
                 let events = self.selected.as_mut().map(|s| &mut s.events);
                 let event = async {
                     match events {
@@ -82,7 +79,6 @@ impl Session {
                 tokio::select! {
                     r = self.conn.fill_small() => Wake::Read(r),
                     _ = event => Wake::Event,
-                    _ = ticker.tick(), if has_selected => Wake::Tick,
                     _ = &mut deadline => Wake::Timeout,
                     _ = stopped(&mut self.shutdown) => Wake::Stop,
                 }
@@ -92,7 +88,7 @@ impl Session {
                 Wake::Read(Ok(_)) | Wake::Read(Err(_)) => {
                     return Err(std::io::ErrorKind::UnexpectedEof.into())
                 }
-                Wake::Event | Wake::Tick => {
+                Wake::Event => {
                     self.sync_selected(true, &[]).await;
                     self.conn.flush().await?;
                     self.conn.shrink();
@@ -117,6 +113,97 @@ impl Session {
                     });
                     self.closing = true;
                     return Ok(answered());
+                }
+            }
+        }
+    }
+}
+
+/// The Maildir check behind IDLE: one task per process polls every
+/// mailbox some session idles on, every `imap.idle_check_interval`, all
+/// mailboxes in one trip to the blocking pool, and rescans only the dirty
+/// ones. A rescan that finds changes publishes a store event, which wakes
+/// the idling sessions. So the cost is per watched mailbox, not per session.
+#[derive(Default)]
+pub(crate) struct IdleWatch {
+    watched: Mutex<HashMap<String, (yarilo_store::Mailbox, usize)>>,
+    started: std::sync::OnceLock<()>,
+}
+
+/// Keeps a mailbox watched while an IDLE lasts.
+pub(crate) struct Watching {
+    watch: Weak<crate::server::ImapServer>,
+    key: String,
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        if let Some(server) = self.watch.upgrade() {
+            let mut w = server
+                .idle_watch
+                .watched
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if let Some(e) = w.get_mut(&self.key) {
+                e.1 = e.1.saturating_sub(1);
+                if e.1 == 0 {
+                    w.remove(&self.key);
+                }
+            }
+        }
+    }
+}
+
+impl IdleWatch {
+    pub(crate) fn watch(
+        &self,
+        server: &Arc<crate::server::ImapServer>,
+        mailbox: &yarilo_store::Mailbox,
+    ) -> Watching {
+        let key = mailbox.resource().to_string();
+        {
+            let mut w = self.watched.lock().unwrap_or_else(|p| p.into_inner());
+            w.entry(key.clone())
+                .or_insert_with(|| (mailbox.clone(), 0))
+                .1 += 1;
+        }
+        self.started.get_or_init(|| {
+            let weak = Arc::downgrade(server);
+            let every = server.settings.idle_check_interval;
+            tokio::spawn(poll_loop(weak, every));
+        });
+        Watching {
+            watch: Arc::downgrade(server),
+            key,
+        }
+    }
+}
+
+async fn poll_loop(server: Weak<crate::server::ImapServer>, every: Duration) {
+    let mut ticker = tokio::time::interval(every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let Some(s) = server.upgrade() else {
+            return;
+        };
+        let boxes: Vec<yarilo_store::Mailbox> = s
+            .idle_watch
+            .watched
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(|(m, _)| m.clone())
+            .collect();
+        drop(s);
+        // Bounded batches keep one blocking call short.
+        for chunk in boxes.chunks(1024) {
+            let dirty = yarilo_store::Mailbox::dirty(chunk).await;
+            for (m, d) in chunk.iter().zip(dirty) {
+                if d {
+                    if let Err(e) = m.refresh().await {
+                        tracing::warn!(mailbox = m.resource(), error = %e, "IDLE check failed");
+                    }
                 }
             }
         }

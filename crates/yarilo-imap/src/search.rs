@@ -8,7 +8,7 @@ use std::sync::Arc;
 use yarilo_imap_proto::command::{SearchCommand, SearchKey, SearchKind, SearchReturn};
 use yarilo_imap_proto::response::{Code, Data, ESearch, ESearchItem, Response};
 use yarilo_imap_proto::{Date, SequenceSet};
-use yarilo_store::{Flags, MailboxView, MessageRecord, StoreError};
+use yarilo_store::{Flags, MailboxView, MessageRecord};
 
 use crate::dates::day_of;
 use crate::fetch::crlf;
@@ -211,37 +211,50 @@ impl Session {
                 .unwrap_or(0),
         };
         let mut hits: Vec<(u32, u32, u64)> = Vec::new();
-        for (i, &uid) in sel.uids.iter().enumerate() {
-            let Some(rec) = view.by_uid(uid) else {
-                continue;
-            };
-            let content = match needed {
-                Need::Meta => Vec::new(),
-                Need::Header => match mailbox.read_header(uid).await {
-                    Ok(h) => crlf(h),
-                    Err(StoreError::NoMessage(_)) => continue,
+        let candidates: Vec<(u32, u32)> = sel
+            .uids
+            .iter()
+            .enumerate()
+            .filter(|(_, u)| view.by_uid(**u).is_some())
+            .map(|(i, &u)| (i as u32 + 1, u))
+            .collect();
+        // Contents are read in bounded batches, one blocking trip each.
+        let batch = match needed {
+            Need::Full => 16,
+            _ => 512,
+        };
+        for chunk in candidates.chunks(batch) {
+            let uids: Vec<u32> = chunk.iter().map(|(_, u)| *u).collect();
+            let contents: Vec<Option<Vec<u8>>> = match needed {
+                Need::Meta => uids.iter().map(|_| Some(Vec::new())).collect(),
+                Need::Header => match mailbox.read_headers(&uids).await {
+                    Ok(v) => v.into_iter().map(|(_, d)| d.map(crlf)).collect(),
                     Err(e) => return Ok(store_no(tag, &e)),
                 },
-                Need::Full => match mailbox.read_message(uid).await {
-                    Ok(h) => crlf(h),
-                    Err(StoreError::NoMessage(_)) => continue,
+                Need::Full => match mailbox.read_messages(&uids).await {
+                    Ok(v) => v.into_iter().map(|(_, d)| d.map(crlf)).collect(),
                     Err(e) => return Ok(store_no(tag, &e)),
                 },
             };
-            let (header, full) = match needed {
-                Need::Meta => (&[][..], &[][..]),
-                Need::Header => (&content[..], &[][..]),
-                Need::Full => (header_part(&content), &content[..]),
-            };
-            let m = Msg {
-                msn: i as u32 + 1,
-                rec,
-                header,
-                full,
-                recent: sel.is_recent(uid),
-            };
-            if eval(&key, &m, &ctx) {
-                hits.push((m.msn, uid, rec.modseq));
+            for (&(msn, uid), content) in chunk.iter().zip(contents) {
+                let (Some(rec), Some(content)) = (view.by_uid(uid), content) else {
+                    continue;
+                };
+                let (header, full) = match needed {
+                    Need::Meta => (&[][..], &[][..]),
+                    Need::Header => (&content[..], &[][..]),
+                    Need::Full => (header_part(&content), &content[..]),
+                };
+                let m = Msg {
+                    msn,
+                    rec,
+                    header,
+                    full,
+                    recent: sel.is_recent(uid),
+                };
+                if eval(&key, &m, &ctx) {
+                    hits.push((m.msn, uid, rec.modseq));
+                }
             }
         }
         let nums: Vec<u32> = hits

@@ -79,6 +79,7 @@ pub struct ImapServer {
     pub(crate) starttls: Option<TlsAcceptor>,
     pub(crate) metrics: Metrics,
     pub(crate) recent: RecentTracker,
+    pub(crate) idle_watch: crate::idle::IdleWatch,
 }
 
 impl ImapServer {
@@ -100,6 +101,7 @@ impl ImapServer {
             starttls,
             metrics,
             recent: RecentTracker::default(),
+            idle_watch: Default::default(),
         })
     }
 

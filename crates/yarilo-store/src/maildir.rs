@@ -52,6 +52,24 @@ pub const KEYWORDS: &str = "dovecot-keywords";
 /// one-second rule), so such a stamp does not prove "unchanged".
 const MTIME_TRUST: i128 = 1_000_000_000;
 
+/// The same window on a filesystem whose timestamps carry sub-second
+/// parts (ext4, xfs, btrfs, and NFS served from them): there an mtime
+/// advances with the kernel's clock tick (at most 10 ms), so a stamp taken
+/// this long after the mtime proves "unchanged". The margin covers clock
+/// skew between an NFS client and its server.
+const FINE_MTIME_TRUST: i128 = 100_000_000;
+
+/// The distrust window for a directory whose mtime is `mtime_ns`. A whole
+/// second (no fraction) means coarse timestamps, or a one-in-a-billion
+/// coincidence; either way the safe window applies.
+fn trust_window(mtime_ns: i128) -> i128 {
+    if mtime_ns % 1_000_000_000 != 0 {
+        FINE_MTIME_TRUST
+    } else {
+        MTIME_TRUST
+    }
+}
+
 /// Tunables from the `store` config section.
 #[derive(Debug, Clone)]
 pub struct CoreOptions {
@@ -636,18 +654,32 @@ impl Core {
             return Ok(Freshness::Full);
         };
         let now = self.current_stamp();
-        let dir_ok = |old: &FileStamp, new: &FileStamp, dirty: bool| {
-            old.mtime_ns == new.mtime_ns
-                && old.ino == new.ino
-                && (dirty || stamp.taken_ns - old.mtime_ns >= MTIME_TRUST)
+        let changed = |old: &FileStamp, new: &FileStamp| {
+            old.mtime_ns != new.mtime_ns || old.ino != new.ino
+        };
+        // A stamp taken inside the window after the directory's mtime does
+        // not prove that nothing else changed in the same timestamp tick.
+        let distrusted = |old: &FileStamp, dirty: bool| {
+            !dirty && stamp.taken_ns - old.mtime_ns < trust_window(old.mtime_ns)
         };
         if stamp.uidlist != now.uidlist
             || stamp.keywords.mtime_ns != now.keywords.mtime_ns
-            || !dir_ok(&stamp.cur_dir, &now.cur_dir, self.opts.very_dirty_syncs)
+            || changed(&stamp.cur_dir, &now.cur_dir)
         {
             return Ok(Freshness::Full);
         }
-        if !dir_ok(&stamp.new_dir, &now.new_dir, false) {
+        if distrusted(&stamp.cur_dir, self.opts.very_dirty_syncs) {
+            // Rescanning while still inside the window would only produce
+            // another distrusted stamp, so a burst of commands after a
+            // write would rescan on every one. Defer: once the window has
+            // passed, one rescan takes a trusted stamp. A change hidden in
+            // the same tick as ours is therefore seen at most one window
+            // late, never lost.
+            if now.taken_ns - stamp.cur_dir.mtime_ns >= trust_window(stamp.cur_dir.mtime_ns) {
+                return Ok(Freshness::Full);
+            }
+        }
+        if changed(&stamp.new_dir, &now.new_dir) || distrusted(&stamp.new_dir, false) {
             return Ok(Freshness::NewDir);
         }
         Ok(Freshness::Clean)

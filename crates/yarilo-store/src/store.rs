@@ -738,6 +738,29 @@ impl Mailbox {
         Ok(self.view())
     }
 
+    /// Which of `boxes` changed on disk in a way only a rescan explains
+    /// (another program wrote the Maildir), checked in one trip to the
+    /// blocking pool: the cheap half of [`Mailbox::refresh`] for many
+    /// mailboxes at once (IDLE polling). Call `refresh` on the dirty ones.
+    /// A mailbox whose check fails counts as dirty.
+    pub async fn dirty(boxes: &[Mailbox]) -> Vec<bool> {
+        let shared: Vec<Arc<Shared>> = boxes.iter().map(|b| b.shared.clone()).collect();
+        let n = shared.len();
+        tokio::task::spawn_blocking(move || {
+            shared
+                .iter()
+                .map(|s| {
+                    let mut core = s.core();
+                    let clean = core.is_clean().unwrap_or(false);
+                    s.publish_view(&core);
+                    !clean
+                })
+                .collect()
+        })
+        .await
+        .unwrap_or_else(|_| vec![true; n])
+    }
+
     /// Rescans the Maildir unconditionally (repair, tools).
     pub async fn force_resync(&self) -> Result<Arc<MailboxView>, StoreError> {
         let _g = self.user.mbox_lock(&self.name).await?;
@@ -913,6 +936,57 @@ impl Mailbox {
     /// The header section (from the cache when present).
     pub async fn read_header(&self, uid: u32) -> Result<Vec<u8>, StoreError> {
         self.read_with(uid, maildir::read_header).await
+    }
+
+    /// Header sections of many messages in one trip to the blocking pool
+    /// (SEARCH, FETCH of many messages). `None`: the message is gone.
+    pub async fn read_headers(&self, uids: &[u32]) -> Result<Vec<(u32, Option<Vec<u8>>)>, StoreError> {
+        self.read_many(uids, maildir::read_header).await
+    }
+
+    /// Whole messages, as [`Mailbox::read_headers`].
+    pub async fn read_messages(&self, uids: &[u32]) -> Result<Vec<(u32, Option<Vec<u8>>)>, StoreError> {
+        self.read_many(uids, |view, rec| std::fs::read(view.path_of(rec)))
+            .await
+    }
+
+    async fn read_many(
+        &self,
+        uids: &[u32],
+        f: fn(&MailboxView, &crate::records::MessageRecord) -> std::io::Result<Vec<u8>>,
+    ) -> Result<Vec<(u32, Option<Vec<u8>>)>, StoreError> {
+        let view = self.view();
+        let wanted = uids.to_vec();
+        // (uid, data); `Err(uid)` marks a file renamed meanwhile.
+        let first = tokio::task::spawn_blocking(move || {
+            let mut out = Vec::with_capacity(wanted.len());
+            for uid in wanted {
+                let Some(rec) = view.by_uid(uid) else {
+                    out.push(Ok((uid, None)));
+                    continue;
+                };
+                match f(&view, rec) {
+                    Ok(d) => out.push(Ok((uid, Some(d)))),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => out.push(Err(uid)),
+                    Err(e) => return Err(StoreError::io(format!("read uid {uid}"), e)),
+                }
+            }
+            Ok(out)
+        })
+        .await
+        .map_err(|e| StoreError::Internal(e.to_string()))??;
+        let mut out = Vec::with_capacity(first.len());
+        for r in first {
+            match r {
+                Ok(x) => out.push(x),
+                Err(uid) => match self.read_with(uid, f).await {
+                    Ok(d) => out.push((uid, Some(d))),
+                    Err(StoreError::NoMessage(_)) => out.push((uid, None)),
+                    Err(e) => return Err(e),
+                },
+            }
+        }
+        Ok(out)
     }
 
     async fn read_with<T: Send + 'static>(
