@@ -64,7 +64,10 @@ impl Pop3 {
         // The grammar of uidl_format is checked by yarilo-pop3 at start
         // (Pop3Settings::from_config); only what needs no parser is here.
         if self.uidl_format.is_empty() {
-            return Err(ConfigError::invalid("pop3.uidl_format", "must not be empty"));
+            return Err(ConfigError::invalid(
+                "pop3.uidl_format",
+                "must not be empty",
+            ));
         }
         if self.enable_apop {
             return Err(ConfigError::invalid(

@@ -168,7 +168,10 @@ impl Client {
                 break;
             }
             if line.starts_with(&format!("{tag} ")) {
-                return Err(format!("APPEND refused before literal: {}", line.trim_end()));
+                return Err(format!(
+                    "APPEND refused before literal: {}",
+                    line.trim_end()
+                ));
             }
         }
         let mut data = Vec::with_capacity(msg.len() + 2);
@@ -183,7 +186,8 @@ impl Client {
     }
 
     async fn login(&mut self, user: &str, pw: &str) -> Res<Resp> {
-        self.ok(&format!("LOGIN {} {}", quote(user), quote(pw))).await
+        self.ok(&format!("LOGIN {} {}", quote(user), quote(pw)))
+            .await
     }
 }
 
@@ -225,13 +229,65 @@ fn select_info(r: &Resp) -> (u32, u32) {
 // ---------------------------------------------------------------- messages
 
 const WORDS: &[&str] = &[
-    "the", "meeting", "project", "budget", "review", "schedule", "team", "customer",
-    "release", "quarter", "report", "please", "attached", "find", "update", "deadline",
-    "server", "migration", "invoice", "shipment", "contract", "draft", "notes", "agenda",
-    "follow", "up", "regarding", "thanks", "regards", "question", "proposal", "feedback",
-    "tomorrow", "morning", "afternoon", "weekly", "status", "numbers", "forecast", "design",
-    "approval", "pending", "office", "travel", "expenses", "summary", "backlog", "priority",
-    "with", "and", "for", "from", "about", "this", "that", "will", "we", "you", "our",
+    "the",
+    "meeting",
+    "project",
+    "budget",
+    "review",
+    "schedule",
+    "team",
+    "customer",
+    "release",
+    "quarter",
+    "report",
+    "please",
+    "attached",
+    "find",
+    "update",
+    "deadline",
+    "server",
+    "migration",
+    "invoice",
+    "shipment",
+    "contract",
+    "draft",
+    "notes",
+    "agenda",
+    "follow",
+    "up",
+    "regarding",
+    "thanks",
+    "regards",
+    "question",
+    "proposal",
+    "feedback",
+    "tomorrow",
+    "morning",
+    "afternoon",
+    "weekly",
+    "status",
+    "numbers",
+    "forecast",
+    "design",
+    "approval",
+    "pending",
+    "office",
+    "travel",
+    "expenses",
+    "summary",
+    "backlog",
+    "priority",
+    "with",
+    "and",
+    "for",
+    "from",
+    "about",
+    "this",
+    "that",
+    "will",
+    "we",
+    "you",
+    "our",
 ];
 const SUBJECTS: &[&str] = &[
     "Weekly status update",
@@ -244,8 +300,14 @@ const SUBJECTS: &[&str] = &[
     "Re: Re: Release deadline",
 ];
 const NAMES: &[&str] = &[
-    "Alice Martin", "Bob Chen", "Carol Diaz", "Dmitri Volkov", "Eve Laurent",
-    "Farid Haddad", "Grace Kim", "Hiro Tanaka",
+    "Alice Martin",
+    "Bob Chen",
+    "Carol Diaz",
+    "Dmitri Volkov",
+    "Eve Laurent",
+    "Farid Haddad",
+    "Grace Kim",
+    "Hiro Tanaka",
 ];
 
 /// A realistic RFC 5322 text message of about `size` bytes, deterministic
@@ -280,7 +342,11 @@ fn make_message(seed: u64, to: &str, size: usize) -> Vec<u8> {
         let w = WORDS[rng.gen_range(0..WORDS.len())];
         if line.len() + w.len() + 1 > 72 {
             m.push_str(&line);
-            m.push_str(if rng.gen_ratio(1, 8) { ".\r\n\r\n" } else { "\r\n" });
+            m.push_str(if rng.gen_ratio(1, 8) {
+                ".\r\n\r\n"
+            } else {
+                "\r\n"
+            });
             line.clear();
         }
         if !line.is_empty() {
@@ -323,7 +389,10 @@ fn parse_args(v: &[String]) -> Res<Args> {
     };
     let mut i = 0;
     while i < v.len() {
-        let val = v.get(i + 1).cloned().ok_or(format!("{} needs a value", v[i]))?;
+        let val = v
+            .get(i + 1)
+            .cloned()
+            .ok_or(format!("{} needs a value", v[i]))?;
         let num = |s: &str| s.parse::<usize>().map_err(|_| format!("bad number {s}"));
         match v[i].as_str() {
             "--target" => {
@@ -453,6 +522,7 @@ impl Stats {
 }
 
 /// One session of the mix. Returns early with the failing command's kind.
+#[allow(clippy::too_many_arguments)]
 async fn session(
     addr: &str,
     user: &str,
@@ -485,23 +555,49 @@ async fn session(
     let sel = timed!("SELECT", c.ok("SELECT INBOX"));
     let (exists, uidnext) = select_info(&sel);
     if exists == 0 || uidnext <= 1 {
-        return Err(("SELECT", format!("EXISTS {exists} UIDNEXT {uidnext}: {:?}", sel.untagged)));
+        return Err((
+            "SELECT",
+            format!("EXISTS {exists} UIDNEXT {uidnext}: {:?}", sel.untagged),
+        ));
     }
     let lo = exists.saturating_sub(FETCH_WINDOW - 1).max(1);
     let r = timed!(
         "FETCH_ENV",
-        c.ok(&format!("FETCH {lo}:{exists} (FLAGS UID RFC822.SIZE ENVELOPE)"))
+        c.ok(&format!(
+            "FETCH {lo}:{exists} (FLAGS UID RFC822.SIZE ENVELOPE)"
+        ))
     );
-    let fetched = r.untagged.iter().filter(|l| l.contains(" FETCH ")).count() as u32;
+    // Other sessions' STOREs and APPENDs may add unsolicited FETCH (FLAGS)
+    // and EXISTS responses; count only the ones answering this command.
+    let fetched = r
+        .untagged
+        .iter()
+        .filter(|l| l.contains(" FETCH ") && l.contains("ENVELOPE"))
+        .count() as u32;
     if fetched != exists - lo + 1 {
-        return Err(("FETCH_ENV", format!("expected {} FETCH responses, got {fetched}", exists - lo + 1)));
+        return Err((
+            "FETCH_ENV",
+            format!(
+                "expected {} FETCH responses, got {fetched}",
+                exists - lo + 1
+            ),
+        ));
     }
     for _ in 0..READS_PER_SESSION {
         // No expunges happen, so UIDs 1..uidnext-1 all exist.
         let uid = rng.gen_range(1..uidnext);
-        let r = timed!("UID_FETCH_BODY", c.ok(&format!("UID FETCH {uid} (UID BODY.PEEK[])")));
+        let r = timed!(
+            "UID_FETCH_BODY",
+            c.ok(&format!("UID FETCH {uid} (UID BODY.PEEK[])"))
+        );
         if r.literal_bytes < 500 {
-            return Err(("UID_FETCH_BODY", format!("UID {uid}: body of {} bytes; {:?}", r.literal_bytes, r.untagged)));
+            return Err((
+                "UID_FETCH_BODY",
+                format!(
+                    "UID {uid}: body of {} bytes; {:?}",
+                    r.literal_bytes, r.untagged
+                ),
+            ));
         }
         let seq = rng.gen_range(1..=exists);
         timed!("STORE", c.ok(&format!("STORE {seq} +FLAGS (\\Seen)")));
@@ -510,9 +606,15 @@ async fn session(
     timed!("APPEND", c.append("INBOX", &msg));
     timed!("SEARCH_UNSEEN", c.ok("UID SEARCH UNSEEN"));
     let word = ["invoice", "budget", "meeting", "migration"][rng.gen_range(0..4)];
-    let r = timed!("SEARCH_SUBJECT", c.ok(&format!("UID SEARCH SUBJECT {word}")));
+    let r = timed!(
+        "SEARCH_SUBJECT",
+        c.ok(&format!("UID SEARCH SUBJECT {word}"))
+    );
     if !r.untagged.iter().any(|l| l.starts_with("* SEARCH")) {
-        return Err(("SEARCH_SUBJECT", format!("no * SEARCH response: {}", r.tagged)));
+        return Err((
+            "SEARCH_SUBJECT",
+            format!("no * SEARCH response: {}", r.tagged),
+        ));
     }
     timed!("LOGOUT", c.ok("LOGOUT"));
     st.sessions += 1;
@@ -610,8 +712,8 @@ fn print_table(a: &Args, rs: &[LevelResult]) {
         a.users, a.messages, a.msg_size, a.duration
     );
     println!(
-        "{:<8} {:>4} {:>9} {:>8} {:>6}  {}",
-        "server", "cl", "ops/s", "sess/s", "errors", "per command: p50/p90/p99"
+        "{:<8} {:>4} {:>9} {:>8} {:>6}  per command: p50/p90/p99",
+        "server", "cl", "ops/s", "sess/s", "errors"
     );
     for r in rs {
         let ops = r.stats.ops();
@@ -737,8 +839,12 @@ async fn idle(a: &Args) -> Res<()> {
     let t0 = Instant::now();
     for i in 0..a.conns {
         let (addr, pw, sem) = (addr.clone(), a.password.clone(), sem.clone());
-        let (idling, dropped, failed, first_err) =
-            (idling.clone(), dropped.clone(), failed.clone(), first_err.clone());
+        let (idling, dropped, failed, first_err) = (
+            idling.clone(),
+            dropped.clone(),
+            failed.clone(),
+            first_err.clone(),
+        );
         let user = user_name(i % a.users);
         tokio::spawn(async move {
             let setup = async {
@@ -763,7 +869,7 @@ async fn idle(a: &Args) -> Res<()> {
                 Ok(c) => c,
                 Err(e) => {
                     failed.fetch_add(1, Ordering::Relaxed);
-                    let mut fe = first_err.lock().unwrap();
+                    let mut fe = first_err.lock().unwrap_or_else(|e| e.into_inner());
                     if fe.len() < 5 {
                         fe.push(format!("conn {i} ({user}) setup failed: {e}"));
                     }
@@ -778,7 +884,7 @@ async fn idle(a: &Args) -> Res<()> {
                     Err(e) => {
                         idling.fetch_sub(1, Ordering::Relaxed);
                         dropped.fetch_add(1, Ordering::Relaxed);
-                        let mut fe = first_err.lock().unwrap();
+                        let mut fe = first_err.lock().unwrap_or_else(|e| e.into_inner());
                         if fe.len() < 5 {
                             fe.push(format!("conn {i} dropped while idling: {e}"));
                         }
@@ -804,13 +910,13 @@ async fn idle(a: &Args) -> Res<()> {
             break;
         }
     }
-    for e in first_err.lock().unwrap().iter() {
+    for e in first_err.lock().unwrap_or_else(|e| e.into_inner()).iter() {
         println!("error: {e}");
     }
     // Hold until told to stop; report changes meanwhile.
     let mut last = idling.load(Ordering::Relaxed);
-    let mut term =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| e.to_string())?;
     loop {
         tokio::select! {
             _ = term.recv() => break,
@@ -819,7 +925,7 @@ async fn idle(a: &Args) -> Res<()> {
                 let n = idling.load(Ordering::Relaxed);
                 if n != last {
                     println!("IDLING {n} dropped {}", dropped.load(Ordering::Relaxed));
-                    for e in first_err.lock().unwrap().iter() {
+                    for e in first_err.lock().unwrap_or_else(|e| e.into_inner()).iter() {
                         println!("error: {e}");
                     }
                     last = n;
@@ -833,42 +939,50 @@ async fn idle(a: &Args) -> Res<()> {
 
 // ---------------------------------------------------------------- main
 
+fn free_ports(n: usize) -> Res<Vec<u16>> {
+    let socks = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("bind 127.0.0.1:0: {e}"))?;
+    socks
+        .iter()
+        .map(|s| s.local_addr().map(|a| a.port()).map_err(|e| e.to_string()))
+        .collect()
+}
+
+fn run(mode: &str, argv: &[String]) -> Res<()> {
+    let args = parse_args(argv).map_err(|e| format!("{e} (see the header of imap_bench.rs)"))?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    rt.block_on(async {
+        match mode {
+            "prefill" => prefill(&args).await,
+            "load" => load(&args).await,
+            "idle" => idle(&args).await,
+            other => Err(format!("unknown mode {other}")),
+        }
+    })
+}
+
 fn main() {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let Some(mode) = argv.first().cloned() else {
         eprintln!("usage: imap_bench freeport|prefill|load|idle [options]; see the source header");
         std::process::exit(2);
     };
-    if mode == "freeport" {
+    let r = if mode == "freeport" {
         // Print N distinct free loopback ports (kept bound until all are chosen).
         let n: usize = argv.get(1).and_then(|s| s.parse().ok()).unwrap_or(1);
-        let socks: Vec<std::net::TcpListener> = (0..n)
-            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
-            .collect();
-        for s in &socks {
-            println!("{}", s.local_addr().expect("local_addr").port());
-        }
-        return;
-    }
-    let args = match parse_args(&argv[1..]) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("imap_bench {mode}: {e}");
-            std::process::exit(2);
-        }
+        free_ports(n).map(|ports| {
+            for p in ports {
+                println!("{p}");
+            }
+        })
+    } else {
+        run(&mode, &argv[1..])
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    let r = rt.block_on(async {
-        match mode.as_str() {
-            "prefill" => prefill(&args).await,
-            "load" => load(&args).await,
-            "idle" => idle(&args).await,
-            other => Err(format!("unknown mode {other}")),
-        }
-    });
     if let Err(e) = r {
         eprintln!("imap_bench {mode}: {e}");
         std::process::exit(1);
