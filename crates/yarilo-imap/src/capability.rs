@@ -34,10 +34,18 @@ pub const AUTHENTICATED: &[&str] = &[
 /// plaintext LOGIN would be accepted (else `LOGINDISABLED`); `mechs`: SASL
 /// mechanisms allowed now.
 pub fn pre_login(starttls: bool, login_ok: bool, mechs: &[String]) -> Vec<String> {
-    let mut v: Vec<String> = ["IMAP4rev1", "IMAP4rev2", "SASL-IR", "LITERAL+", "ID", "ENABLE", "IDLE"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut v: Vec<String> = [
+        "IMAP4rev1",
+        "IMAP4rev2",
+        "SASL-IR",
+        "LITERAL+",
+        "ID",
+        "ENABLE",
+        "IDLE",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     if starttls {
         v.push("STARTTLS".into());
     }

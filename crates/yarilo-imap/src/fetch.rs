@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use yarilo_imap_proto::command::{FetchAttr, FetchAttrs, FetchModifiers, Partial, Section, SectionText};
+use yarilo_imap_proto::command::{
+    FetchAttr, FetchAttrs, FetchModifiers, Partial, Section, SectionText,
+};
 use yarilo_imap_proto::response::{Code, Data, FetchItem, Response};
 use yarilo_imap_proto::SequenceSet;
 use yarilo_store::{FlagOp, Flags, Mailbox, MailboxView, StoreError};
@@ -189,7 +191,11 @@ impl Session {
         modifiers: FetchModifiers,
     ) -> std::io::Result<Response> {
         let Some(sel) = self.selected.as_ref() else {
-            return Ok(Response::bad(Some(tag.to_string()), None, "No mailbox selected."));
+            return Ok(Response::bad(
+                Some(tag.to_string()),
+                None,
+                "No mailbox selected.",
+            ));
         };
         let mut targets = match sel.resolve(&set, uid) {
             Ok(t) => t,
@@ -201,7 +207,8 @@ impl Session {
                 ))
             }
         };
-        if modifiers.vanished && (!uid || !self.enabled.qresync || modifiers.changed_since.is_none())
+        if modifiers.vanished
+            && (!uid || !self.enabled.qresync || modifiers.changed_since.is_none())
         {
             return Ok(Response::bad(
                 Some(tag.to_string()),
@@ -283,10 +290,7 @@ impl Session {
                     missing = true;
                     continue;
                 };
-                let recent = self
-                    .selected
-                    .as_ref()
-                    .is_some_and(|s| s.is_recent(uid_));
+                let recent = self.selected.as_ref().is_some_and(|s| s.is_recent(uid_));
                 let mut items = Vec::with_capacity(attrs.len() + 1);
                 for a in &attrs {
                     match self.item(a, &view, rec, recent, &loaded) {
@@ -304,7 +308,8 @@ impl Session {
                 if seen_set.binary_search(&uid_).is_ok() && !attrs.contains(&FetchAttr::Flags) {
                     items.push(FetchItem::Flags(flags_of(&view, uid_, recent)));
                 }
-                self.conn.send(&Response::Data(Data::Fetch { seq: msn, items }));
+                self.conn
+                    .send(&Response::Data(Data::Fetch { seq: msn, items }));
                 self.conn.maybe_flush().await?;
             }
         }
@@ -312,7 +317,11 @@ impl Session {
         // FETCH from the sync for our own \Seen.
         if !seen_set.is_empty() {
             let mode = self.sync_mode(false);
-            let user = self.user.as_ref().map(|u| u.name.clone()).unwrap_or_default();
+            let user = self
+                .user
+                .as_ref()
+                .map(|u| u.name.clone())
+                .unwrap_or_default();
             let recent = &self.server.recent;
             if let Some(sel) = self.selected.as_mut() {
                 let name = sel.mailbox.name().to_string();
@@ -383,7 +392,8 @@ impl Session {
                 }
             }
             FetchAttr::Binary { part, partial, .. } => {
-                let data = yarilo_mime::binary(m.full(), part).map_err(|_| ItemError::UnknownCte)?;
+                let data =
+                    yarilo_mime::binary(m.full(), part).map_err(|_| ItemError::UnknownCte)?;
                 FetchItem::Binary {
                     part: part.clone(),
                     origin: partial.map(|p| p.origin),
@@ -391,7 +401,8 @@ impl Session {
                 }
             }
             FetchAttr::BinarySize(part) => {
-                let data = yarilo_mime::binary(m.full(), part).map_err(|_| ItemError::UnknownCte)?;
+                let data =
+                    yarilo_mime::binary(m.full(), part).map_err(|_| ItemError::UnknownCte)?;
                 FetchItem::BinarySize {
                     part: part.clone(),
                     size: data.map(|d| d.len() as u64).unwrap_or(0),
@@ -421,7 +432,12 @@ mod tests {
 
     #[test]
     fn partial_bounds() {
-        let p = |o, c| Some(Partial { origin: o, count: c });
+        let p = |o, c| {
+            Some(Partial {
+                origin: o,
+                count: c,
+            })
+        };
         assert_eq!(apply_partial(b"hello".to_vec(), p(1, 3)), b"ell");
         assert_eq!(apply_partial(b"hello".to_vec(), p(9, 3)), b"");
         assert_eq!(apply_partial(b"hello".to_vec(), p(3, u32::MAX)), b"lo");

@@ -47,11 +47,7 @@ impl Session {
                     return Ok(Response::ok(tag, None, "Idle completed."));
                 }
                 Outcome::Bad { .. } => {
-                    return Ok(Response::bad(
-                        Some(tag.to_string()),
-                        None,
-                        "Expected DONE.",
-                    ));
+                    return Ok(Response::bad(Some(tag.to_string()), None, "Expected DONE."));
                 }
                 Outcome::Incomplete => {}
                 _ => {}

@@ -5,7 +5,9 @@
 use std::collections::{BTreeMap, HashSet};
 
 use yarilo_imap_proto::command::{ListCommand, ListReturn, ListSelect, Select};
-use yarilo_imap_proto::response::{Code, Data, FetchItem, ListExtended, ListItem, Response, StatusKind};
+use yarilo_imap_proto::response::{
+    Code, Data, FetchItem, ListExtended, ListItem, Response, StatusKind,
+};
 use yarilo_imap_proto::{Flag, Mailbox, SequenceSet};
 use yarilo_store::Flags;
 
@@ -76,7 +78,11 @@ impl Session {
             Ok(v) => v,
             Err(e) => return store_no(tag, &e),
         };
-        let user = self.user.as_ref().map(|u| u.name.clone()).unwrap_or_default();
+        let user = self
+            .user
+            .as_ref()
+            .map(|u| u.name.clone())
+            .unwrap_or_default();
         let mut sel = Selected::new(mailbox, read_only);
         sel.view = view.clone();
         sel.uids = view.uids();
@@ -87,11 +93,16 @@ impl Session {
                 .find(|r| r.in_new)
                 .map(|r| r.uid.saturating_sub(1))
                 .unwrap_or(view.uidnext().saturating_sub(1));
-            if let Some(first) = self.server.recent.claim(&user, &name, sel.highest_uid(), floor) {
+            if let Some(first) = self
+                .server
+                .recent
+                .claim(&user, &name, sel.highest_uid(), floor)
+            {
                 sel.recent = sel.uids.iter().copied().filter(|&u| u >= first).collect();
             }
         }
-        self.conn.send(&Response::Data(Data::Flags(sel.flag_list())));
+        self.conn
+            .send(&Response::Data(Data::Flags(sel.flag_list())));
         let mut perm = sel.flag_list();
         perm.push(Flag::Wildcard);
         self.conn.send(&untagged_ok(
@@ -107,16 +118,20 @@ impl Session {
             self.conn
                 .send(&Response::Data(Data::Recent(sel.recent.len() as u32)));
             if let Some(first) = view.records().position(|r| !r.flags.contains(Flags::SEEN)) {
-                self.conn
-                    .send(&untagged_ok(Code::Unseen(first as u32 + 1), "First unseen."));
+                self.conn.send(&untagged_ok(
+                    Code::Unseen(first as u32 + 1),
+                    "First unseen.",
+                ));
             }
         }
         self.conn.send(&untagged_ok(
             Code::UidValidity(view.uidvalidity()),
             "UIDs valid",
         ));
-        self.conn
-            .send(&untagged_ok(Code::UidNext(view.uidnext()), "Predicted next UID"));
+        self.conn.send(&untagged_ok(
+            Code::UidNext(view.uidnext()),
+            "Predicted next UID",
+        ));
         self.conn.send(&untagged_ok(
             Code::HighestModSeq(view.highest_modseq()),
             "Highest",
@@ -298,7 +313,11 @@ impl Session {
         }
         match store.delete(&name).await {
             Ok(()) => {
-                let user = self.user.as_ref().map(|u| u.name.clone()).unwrap_or_default();
+                let user = self
+                    .user
+                    .as_ref()
+                    .map(|u| u.name.clone())
+                    .unwrap_or_default();
                 self.server.recent.forget(&user, &name);
                 Response::ok(tag, None, "Delete completed.")
             }
@@ -319,7 +338,11 @@ impl Session {
         }
         match store.rename(&a, &b).await {
             Ok(()) => {
-                let user = self.user.as_ref().map(|u| u.name.clone()).unwrap_or_default();
+                let user = self
+                    .user
+                    .as_ref()
+                    .map(|u| u.name.clone())
+                    .unwrap_or_default();
                 self.server.recent.forget(&user, &a);
                 Response::ok(tag, None, "Rename completed.")
             }

@@ -61,7 +61,8 @@ impl Session {
             let kw = view.keyword_names();
             if kw != sel.keywords {
                 sel.keywords = kw;
-                self.conn.send(&Response::Data(Data::Flags(sel.flag_list())));
+                self.conn
+                    .send(&Response::Data(Data::Flags(sel.flag_list())));
                 let mut perm = sel.flag_list();
                 perm.push(yarilo_imap_proto::Flag::Wildcard);
                 self.conn.send(&Response::Status {
@@ -102,11 +103,16 @@ impl Session {
             if condstore {
                 items.push(FetchItem::ModSeq(rec.modseq));
             }
-            self.conn.send(&Response::Data(Data::Fetch { seq: msn, items }));
+            self.conn
+                .send(&Response::Data(Data::Fetch { seq: msn, items }));
         }
         // Our own changes are reported; the sync must not repeat them.
         let mode = self.sync_mode(false);
-        let user = self.user.as_ref().map(|u| u.name.clone()).unwrap_or_default();
+        let user = self
+            .user
+            .as_ref()
+            .map(|u| u.name.clone())
+            .unwrap_or_default();
         let recent = &self.server.recent;
         if let Some(sel) = self.selected.as_mut() {
             let name = sel.mailbox.name().to_string();

@@ -17,7 +17,7 @@ impl Names {
     /// Client name → store name. A store separator inside a level the
     /// client names cannot be represented on disk and is refused, as
     /// Dovecot does.
-    pub fn to_store(&self, name: &str) -> Result<String, BadName> {
+    pub fn to_store(self, name: &str) -> Result<String, BadName> {
         if name.eq_ignore_ascii_case("INBOX") {
             return Ok("INBOX".into());
         }
@@ -42,7 +42,7 @@ impl Names {
     }
 
     /// Store name → client name.
-    pub fn to_imap(&self, name: &str) -> String {
+    pub fn to_imap(self, name: &str) -> String {
         name.chars()
             .map(|c| if c == self.store { self.imap } else { c })
             .collect()
@@ -87,11 +87,7 @@ pub(crate) fn matches(pattern: &str, name: &str, sep: char) -> bool {
             }
             '%' => {
                 for j in 0..=n.len() {
-                    if dp[j] {
-                        next[j] = true;
-                    } else if j > 0 && next[j - 1] && n[j - 1] != sep {
-                        next[j] = true;
-                    }
+                    next[j] = dp[j] || (j > 0 && next[j - 1] && n[j - 1] != sep);
                 }
             }
             c => {

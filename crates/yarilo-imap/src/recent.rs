@@ -24,8 +24,7 @@ impl RecentTracker {
     /// mailbox starts from `floor` (UIDs at or below it are not recent).
     pub fn claim(&self, user: &str, mailbox: &str, highest_uid: u32, floor: u32) -> Option<u32> {
         let mut map = self.claimed.lock().unwrap_or_else(|p| p.into_inner());
-        if map.len() >= MAX_TRACKED && !map.contains_key(&(user.to_string(), mailbox.to_string()))
-        {
+        if map.len() >= MAX_TRACKED && !map.contains_key(&(user.to_string(), mailbox.to_string())) {
             map.clear();
         }
         let entry = map

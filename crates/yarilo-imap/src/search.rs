@@ -27,8 +27,8 @@ fn need(k: &SearchKey) -> Need {
     use SearchKey::*;
     match k {
         Body(_) | Text(_) => Need::Full,
-        Bcc(_) | Cc(_) | From(_) | Subject(_) | To(_) | Header(..) | SentBefore(_)
-        | SentOn(_) | SentSince(_) => Need::Header,
+        Bcc(_) | Cc(_) | From(_) | Subject(_) | To(_) | Header(..) | SentBefore(_) | SentOn(_)
+        | SentSince(_) => Need::Header,
         Not(k) => need(k),
         Or(a, b) => need(a).max(need(b)),
         And(v) => v.iter().map(need).max().unwrap_or(Need::Meta),
@@ -190,7 +190,11 @@ impl Session {
             }
         }
         let Some(sel) = self.selected.as_ref() else {
-            return Ok(Response::bad(Some(tag.to_string()), None, "No mailbox selected."));
+            return Ok(Response::bad(
+                Some(tag.to_string()),
+                None,
+                "No mailbox selected.",
+            ));
         };
         let key = SearchKey::And(s.keys.clone());
         let modseq_used = uses_modseq(&key);

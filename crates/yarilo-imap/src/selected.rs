@@ -146,7 +146,11 @@ impl Selected {
                 .collect();
             if !gone.is_empty() {
                 if mode.qresync {
-                    let uids: Vec<u32> = gone.iter().filter_map(|&i| self.uids.get(i)).copied().collect();
+                    let uids: Vec<u32> = gone
+                        .iter()
+                        .filter_map(|&i| self.uids.get(i))
+                        .copied()
+                        .collect();
                     out.push(Response::Data(Data::Vanished {
                         earlier: false,
                         uids: SequenceSet::from_numbers(uids),
@@ -156,7 +160,11 @@ impl Selected {
                         out.push(Response::Data(Data::Expunge(i as u32 + 1)));
                     }
                 }
-                let gone_uids: Vec<u32> = gone.iter().filter_map(|&i| self.uids.get(i)).copied().collect();
+                let gone_uids: Vec<u32> = gone
+                    .iter()
+                    .filter_map(|&i| self.uids.get(i))
+                    .copied()
+                    .collect();
                 self.uids.retain(|u| gone_uids.binary_search(u).is_err());
                 self.recent.retain(|u| gone_uids.binary_search(u).is_err());
                 self.saved.retain(|u| gone_uids.binary_search(u).is_err());
@@ -172,7 +180,11 @@ impl Selected {
             out.push(Response::Status {
                 tag: None,
                 kind: yarilo_imap_proto::response::StatusKind::Ok,
-                code: Some(Code::PermanentFlags(if self.read_only { Vec::new() } else { perm })),
+                code: Some(Code::PermanentFlags(if self.read_only {
+                    Vec::new()
+                } else {
+                    perm
+                })),
                 text: "Flags permitted.".into(),
             });
         }
@@ -190,7 +202,11 @@ impl Selected {
                 if before.is_some_and(|b| b.flags == rec.flags && b.keywords == rec.keywords) {
                     continue;
                 }
-                let mut items = vec![FetchItem::Flags(flags_of(&new, rec.uid, self.is_recent(rec.uid)))];
+                let mut items = vec![FetchItem::Flags(flags_of(
+                    &new,
+                    rec.uid,
+                    self.is_recent(rec.uid),
+                ))];
                 if mode.qresync {
                     items.insert(0, FetchItem::Uid(rec.uid));
                 }
@@ -216,7 +232,8 @@ impl Selected {
             out.push(Response::Data(Data::Exists(self.exists())));
             if !self.read_only {
                 if let Some(first) = newly_recent(self.highest_uid()) {
-                    self.recent.extend(tail.iter().copied().filter(|&u| u >= first));
+                    self.recent
+                        .extend(tail.iter().copied().filter(|&u| u >= first));
                 }
             }
             if !mode.rev2 {
@@ -322,12 +339,24 @@ pub(crate) fn system_flags(f: Flags) -> Vec<Flag> {
 /// Maps a store error to the tagged NO a client should see.
 pub(crate) fn store_no(tag: &str, e: &StoreError) -> Response {
     let (code, text) = match e {
-        StoreError::NoMailbox(_) => (Some(Code::NonExistent), "Mailbox doesn't exist.".to_string()),
-        StoreError::MailboxExists(_) => (Some(Code::AlreadyExists), "Mailbox already exists.".to_string()),
+        StoreError::NoMailbox(_) => (
+            Some(Code::NonExistent),
+            "Mailbox doesn't exist.".to_string(),
+        ),
+        StoreError::MailboxExists(_) => (
+            Some(Code::AlreadyExists),
+            "Mailbox already exists.".to_string(),
+        ),
         StoreError::NotAllowed(_, why) => (Some(Code::Cannot), format!("Not allowed: {why}.")),
         StoreError::Name(n) => (Some(Code::Cannot), format!("{}.", n.reason)),
-        StoreError::NoMessage(_) => (Some(Code::ExpungeIssued), "Some messages were expunged.".to_string()),
-        StoreError::TooManyKeywords => (Some(Code::Limit), "Too many keywords in this mailbox.".to_string()),
+        StoreError::NoMessage(_) => (
+            Some(Code::ExpungeIssued),
+            "Some messages were expunged.".to_string(),
+        ),
+        StoreError::TooManyKeywords => (
+            Some(Code::Limit),
+            "Too many keywords in this mailbox.".to_string(),
+        ),
         StoreError::TooLarge(_) => (Some(Code::TooBig), "Message too large.".to_string()),
         StoreError::Lock(_) | StoreError::Dotlock(_) => (
             Some(Code::InUse),
@@ -344,7 +373,10 @@ pub(crate) fn store_no(tag: &str, e: &StoreError) -> Response {
     };
     if matches!(
         e,
-        StoreError::Io { .. } | StoreError::Internal(_) | StoreError::UidList(_) | StoreError::Location(_)
+        StoreError::Io { .. }
+            | StoreError::Internal(_)
+            | StoreError::UidList(_)
+            | StoreError::Location(_)
     ) {
         tracing::error!(error = %e, "store operation failed");
     }

@@ -129,4 +129,23 @@ impl ImapServer {
         let session = Session::new(self, conn);
         session.run(Some((user, fields)), shutdown).await;
     }
+
+    /// Runs a connection a login proxy handed over after the client's
+    /// LOGIN/AUTHENTICATE `tag` succeeded there (the backend verified the
+    /// preamble): instead of a greeting, the first line is
+    /// `<tag> OK [CAPABILITY …] Logged in` (or `<tag> NO [UNAVAILABLE]`
+    /// when the mail store cannot be opened), so the client sees this
+    /// backend's post-login capabilities.
+    pub async fn handle_proxied(
+        self: Arc<Self>,
+        conn: ClientConn,
+        user: String,
+        fields: ExtraFields,
+        tag: String,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) {
+        let mut session = Session::new(self, conn);
+        session.login_tag = Some(tag);
+        session.run(Some((user, fields)), shutdown).await;
+    }
 }

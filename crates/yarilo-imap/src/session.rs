@@ -55,6 +55,9 @@ pub(crate) struct Session {
     /// Resolves when the process stops.
     pub shutdown: Option<Shutdown>,
     pub stopping: bool,
+    /// Set by a login proxy's hand-off: the tag of the client's
+    /// LOGIN/AUTHENTICATE, answered instead of a PREAUTH greeting.
+    pub login_tag: Option<String>,
 }
 
 /// The "reply" of a command that already sent its tagged response
@@ -119,6 +122,7 @@ impl Session {
             closing: false,
             shutdown: None,
             stopping: false,
+            login_tag: None,
             server,
         }
     }
@@ -163,11 +167,16 @@ impl Session {
             Some((user, fields)) => match self.log_in(&user, &fields).await {
                 Ok(()) => {
                     let caps = self.capabilities().await;
+                    let tag = self.login_tag.take();
+                    let (kind, text) = match tag {
+                        Some(_) => (StatusKind::Ok, "Logged in".to_string()),
+                        None => (StatusKind::PreAuth, format!("Logged in as {user}")),
+                    };
                     self.conn.send(&Response::Status {
-                        tag: None,
-                        kind: StatusKind::PreAuth,
+                        tag,
+                        kind,
                         code: Some(Code::Capability(caps)),
-                        text: format!("Logged in as {user}"),
+                        text,
                     });
                 }
                 Err(r) => {
@@ -175,6 +184,11 @@ impl Session {
                         Response::Status { text, .. } => text,
                         _ => "Login failed.".into(),
                     };
+                    if let Some(tag) = self.login_tag.take() {
+                        // The client waits for its login's answer.
+                        self.conn
+                            .send(&Response::no(tag, Some(Code::Unavailable), text.clone()));
+                    }
                     self.conn.send(&Response::Status {
                         tag: None,
                         kind: StatusKind::Bye,
@@ -334,7 +348,11 @@ impl Session {
                 sel.mailbox.view()
             }
         };
-        let user = self.user.as_ref().map(|u| u.name.clone()).unwrap_or_default();
+        let user = self
+            .user
+            .as_ref()
+            .map(|u| u.name.clone())
+            .unwrap_or_default();
         let recent = &self.server.recent;
         let store_name = sel.mailbox.name().to_string();
         let mut out = Vec::new();
@@ -396,8 +414,14 @@ impl Session {
         let already = is_answered(&reply);
         let result = match &reply {
             _ if already => "ok",
-            Response::Status { kind: StatusKind::Ok, .. } => "ok",
-            Response::Status { kind: StatusKind::No, .. } => "no",
+            Response::Status {
+                kind: StatusKind::Ok,
+                ..
+            } => "ok",
+            Response::Status {
+                kind: StatusKind::No,
+                ..
+            } => "no",
             _ => "bad",
         };
         if result == "bad" {

@@ -28,7 +28,10 @@ async fn select_and_updates_are_exact() {
     let mut a = Raw::login(s.addr, USER).await;
     let mut b = Raw::login(s.addr, USER).await;
     let r = a.cmd("a1 SELECT INBOX").await;
-    assert_eq!(r[0], "* FLAGS (\\Answered \\Flagged \\Deleted \\Seen \\Draft)");
+    assert_eq!(
+        r[0],
+        "* FLAGS (\\Answered \\Flagged \\Deleted \\Seen \\Draft)"
+    );
     assert_eq!(
         r[1],
         "* OK [PERMANENTFLAGS (\\Answered \\Flagged \\Deleted \\Seen \\Draft \\*)] Flags permitted."
@@ -41,8 +44,10 @@ async fn select_and_updates_are_exact() {
 
     // Another session appends three messages.
     for i in 1..=3 {
-        b.send(&format!("b{i} APPEND INBOX {{20+}}\r\nSubject: m{i}\r\n\r\nhello"))
-            .await;
+        b.send(&format!(
+            "b{i} APPEND INBOX {{20+}}\r\nSubject: m{i}\r\n\r\nhello"
+        ))
+        .await;
         let l = b.line().await;
         assert!(l.starts_with(&format!("b{i} OK [APPENDUID ")), "{l}");
     }
@@ -87,7 +92,13 @@ async fn select_and_updates_are_exact() {
 
     // Errors carry the right codes.
     let r = a.cmd("a8 SELECT Nope").await;
-    assert_eq!(r, vec!["* OK [CLOSED] Previous mailbox closed.", "a8 NO [NONEXISTENT] Mailbox doesn't exist."]);
+    assert_eq!(
+        r,
+        vec![
+            "* OK [CLOSED] Previous mailbox closed.",
+            "a8 NO [NONEXISTENT] Mailbox doesn't exist."
+        ]
+    );
     let r = a.cmd("a9 FETCH 1 FLAGS").await;
     assert_eq!(r, vec!["a9 BAD No mailbox selected."]);
     let r = a.cmd("a10 APPEND Nope {5}").await;
@@ -104,8 +115,10 @@ async fn qresync_reports_vanished() {
     let mut a = Raw::login(s.addr, USER).await;
     a.cmd("a1 ENABLE QRESYNC").await;
     for i in 1..=4 {
-        a.send(&format!("x{i} APPEND INBOX {{20+}}\r\nSubject: q{i}\r\n\r\nhello"))
-            .await;
+        a.send(&format!(
+            "x{i} APPEND INBOX {{20+}}\r\nSubject: q{i}\r\n\r\nhello"
+        ))
+        .await;
         a.line().await;
     }
     let r = a.cmd("a2 SELECT INBOX").await;
@@ -128,7 +141,9 @@ async fn qresync_reports_vanished() {
     assert_eq!(r, vec!["* VANISHED 2", "a4 OK Expunge completed."]);
     a.cmd("a5 UNSELECT").await;
     let r = a
-        .cmd(&format!("a6 SELECT INBOX (QRESYNC ({uidvalidity} {hms} 1:4))"))
+        .cmd(&format!(
+            "a6 SELECT INBOX (QRESYNC ({uidvalidity} {hms} 1:4))"
+        ))
         .await;
     assert!(r.contains(&"* VANISHED (EARLIER) 2".to_string()), "{r:?}");
     assert!(
@@ -143,14 +158,20 @@ async fn limits_and_login_failures() {
     let s = common::start().await;
     let mut c = Raw::connect(s.addr).await;
     let r = c.cmd("a1 LOGIN alice wrong").await;
-    assert_eq!(r, vec!["a1 NO [AUTHENTICATIONFAILED] Authentication failed."]);
+    assert_eq!(
+        r,
+        vec!["a1 NO [AUTHENTICATIONFAILED] Authentication failed."]
+    );
     let r = c.cmd("a2 SELECT INBOX").await;
     assert_eq!(r, vec!["a2 BAD Please log in first."]);
     let long = "x".repeat(70_000);
     let r = c.cmd(&format!("a3 NOOP {long}")).await;
     assert!(r.last().unwrap().contains("BAD"), "{r:?}");
     let r = c.cmd("a4 CAPABILITY").await;
-    assert!(r[0].starts_with("* CAPABILITY IMAP4rev1 IMAP4rev2"), "{r:?}");
+    assert!(
+        r[0].starts_with("* CAPABILITY IMAP4rev1 IMAP4rev2"),
+        "{r:?}"
+    );
     assert!(r[0].contains("STARTTLS"), "{r:?}");
 }
 
@@ -159,7 +180,13 @@ async fn extensions_exact() {
     let s = common::start().await;
     let mut a = Raw::login(s.addr, USER).await;
     let r = a.cmd("e1 NAMESPACE").await;
-    assert_eq!(r, vec!["* NAMESPACE ((\"\" \"/\")) NIL NIL", "e1 OK Namespace completed."]);
+    assert_eq!(
+        r,
+        vec![
+            "* NAMESPACE ((\"\" \"/\")) NIL NIL",
+            "e1 OK Namespace completed."
+        ]
+    );
     let r = a.cmd("e2 ENABLE IMAP4rev2 CONDSTORE X-UNKNOWN").await;
     assert_eq!(r, vec!["* ENABLED IMAP4rev2 CONDSTORE", "e2 OK Enabled."]);
 
@@ -173,51 +200,89 @@ async fn extensions_exact() {
     ))
     .await;
     let l = a.line().await;
-    assert!(l.starts_with("e3 OK [APPENDUID ") && l.contains(" 1:2] "), "{l}");
+    assert!(
+        l.starts_with("e3 OK [APPENDUID ") && l.contains(" 1:2] "),
+        "{l}"
+    );
     let r = a.cmd("e4 SELECT INBOX").await;
     assert!(r.contains(&"* 2 EXISTS".to_string()), "{r:?}");
     assert!(r.contains(&"* LIST () \"/\" INBOX".to_string()), "{r:?}");
-    assert!(!r.iter().any(|l| l.contains("RECENT")), "rev2 has no RECENT: {r:?}");
+    assert!(
+        !r.iter().any(|l| l.contains("RECENT")),
+        "rev2 has no RECENT: {r:?}"
+    );
 
     // ESEARCH and SEARCHRES.
     let r = a.cmd("e5 UID SEARCH RETURN (MIN MAX COUNT ALL) ALL").await;
     assert_eq!(
         r,
-        vec!["* ESEARCH (TAG \"e5\") UID MIN 1 MAX 2 COUNT 2 ALL 1:2", "e5 OK Search completed."]
+        vec![
+            "* ESEARCH (TAG \"e5\") UID MIN 1 MAX 2 COUNT 2 ALL 1:2",
+            "e5 OK Search completed."
+        ]
     );
     let r = a.cmd("e6 SEARCH RETURN (SAVE) FLAGGED").await;
     assert_eq!(r, vec!["e6 OK Search completed."]);
     let r = a.cmd("e7 FETCH $ (UID)").await;
     assert_eq!(r, vec!["* 2 FETCH (UID 2)", "e7 OK Fetch completed."]);
     let r = a.cmd("e8 SEARCH RETURN () SUBJECT two").await;
-    assert_eq!(r, vec!["* ESEARCH (TAG \"e8\") ALL 2", "e8 OK Search completed."]);
+    assert_eq!(
+        r,
+        vec!["* ESEARCH (TAG \"e8\") ALL 2", "e8 OK Search completed."]
+    );
 
     // BINARY decodes the transfer encoding.
     let r = a.cmd("e9 FETCH 1 (BINARY.PEEK[1] BINARY.SIZE[1])").await;
-    assert_eq!(r[0], "* 1 FETCH (BINARY[1] \"hello world\" BINARY.SIZE[1] 11)");
+    assert_eq!(
+        r[0],
+        "* 1 FETCH (BINARY[1] \"hello world\" BINARY.SIZE[1] 11)"
+    );
 
     // STATUS=SIZE and LIST-STATUS.
-    let r = a.cmd("e10 STATUS INBOX (MESSAGES SIZE UNSEEN HIGHESTMODSEQ)").await;
+    let r = a
+        .cmd("e10 STATUS INBOX (MESSAGES SIZE UNSEEN HIGHESTMODSEQ)")
+        .await;
     let size = m1.len() + m2.len();
     assert!(
-        r[0].starts_with(&format!("* STATUS INBOX (MESSAGES 2 SIZE {size} UNSEEN 1 HIGHESTMODSEQ ")),
+        r[0].starts_with(&format!(
+            "* STATUS INBOX (MESSAGES 2 SIZE {size} UNSEEN 1 HIGHESTMODSEQ "
+        )),
         "{r:?}"
     );
     a.cmd("e11 CREATE Lists/Deep").await;
     let r = a
         .cmd("e12 LIST (SUBSCRIBED RECURSIVEMATCH) \"\" \"*\" RETURN (CHILDREN STATUS (MESSAGES))")
         .await;
-    assert!(r.iter().any(|l| l == "* LIST (\\Subscribed \\HasNoChildren \\Sent) \"/\" Sent"), "{r:?}");
+    assert!(
+        r.iter()
+            .any(|l| l == "* LIST (\\Subscribed \\HasNoChildren \\Sent) \"/\" Sent"),
+        "{r:?}"
+    );
     assert!(r.iter().any(|l| l == "* STATUS Sent (MESSAGES 0)"), "{r:?}");
     let r = a.cmd("e13 LIST \"\" \"Lists/%\"").await;
-    assert_eq!(r, vec!["* LIST (\\HasNoChildren) \"/\" Lists/Deep", "e13 OK List completed."]);
+    assert_eq!(
+        r,
+        vec![
+            "* LIST (\\HasNoChildren) \"/\" Lists/Deep",
+            "e13 OK List completed."
+        ]
+    );
     let r = a.cmd("e14 LIST \"\" \"%\"").await;
-    assert!(r.iter().any(|l| l == "* LIST (\\NonExistent \\HasChildren) \"/\" Lists"), "{r:?}");
+    assert!(
+        r.iter()
+            .any(|l| l == "* LIST (\\NonExistent \\HasChildren) \"/\" Lists"),
+        "{r:?}"
+    );
     let r = a.cmd("e15 CREATE Bad.Name").await;
-    assert_eq!(r, vec!["e15 NO [CANNOT] Character not allowed in mailbox name: '.'"]);
+    assert_eq!(
+        r,
+        vec!["e15 NO [CANNOT] Character not allowed in mailbox name: '.'"]
+    );
 
     // UNCHANGEDSINCE: a stale modseq is refused with MODIFIED.
-    let r = a.cmd("e16 UID STORE 1 (UNCHANGEDSINCE 1) +FLAGS (\\Answered)").await;
+    let r = a
+        .cmd("e16 UID STORE 1 (UNCHANGEDSINCE 1) +FLAGS (\\Answered)")
+        .await;
     assert_eq!(r, vec!["e16 OK [MODIFIED 1] Conditional STORE failed."]);
     let r = a.cmd("e17 ID (\"name\" \"test\")").await;
     assert!(r[0].starts_with("* ID (\"name\" \"yarilo\""), "{r:?}");

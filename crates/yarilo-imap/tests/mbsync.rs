@@ -83,13 +83,28 @@ async fn mbsync_two_way_sync_converges() {
             info.push('S');
         }
         let name = format!("{}.M{i}P1.local:2,{info}", 1_700_000_000 + i);
-        write_message(&inbox.join("cur"), &name, &format!("<in{i}@local>"), &format!("inbox {i}"));
+        write_message(
+            &inbox.join("cur"),
+            &name,
+            &format!("<in{i}@local>"),
+            &format!("inbox {i}"),
+        );
     }
     for i in 0..20 {
-        write_message(&archive.join("cur"), &format!("1700000000.A{i}.local:2,S"), &format!("<ar{i}@local>"), &format!("archive {i}"));
+        write_message(
+            &archive.join("cur"),
+            &format!("1700000000.A{i}.local:2,S"),
+            &format!("<ar{i}@local>"),
+            &format!("archive {i}"),
+        );
     }
     for i in 0..5 {
-        write_message(&projects.join("new"), &format!("1700000000.P{i}.local"), &format!("<pr{i}@local>"), &format!("project {i}"));
+        write_message(
+            &projects.join("new"),
+            &format!("1700000000.P{i}.local"),
+            &format!("<pr{i}@local>"),
+            &format!("project {i}"),
+        );
     }
     let rc = work.path().join("mbsyncrc");
     std::fs::write(
@@ -112,14 +127,28 @@ async fn mbsync_two_way_sync_converges() {
     assert_eq!(r["Archive"]["count"], 20, "{r}");
     assert_eq!(r["Archive/Projects"]["count"], 5, "{r}");
     let flags = &r["INBOX"]["flags"];
-    assert!(flags["<in50@local>"].to_string().contains("\\\\Flagged"), "{flags}");
-    assert!(flags["<in10@local>"].to_string().contains("\\\\Seen"), "{flags}");
+    assert!(
+        flags["<in50@local>"].to_string().contains("\\\\Flagged"),
+        "{flags}"
+    );
+    assert!(
+        flags["<in10@local>"].to_string().contains("\\\\Seen"),
+        "{flags}"
+    );
 
     // A change on each side: the server flags one message and gets a new
     // one; locally a message is marked read and a new one arrives.
     report(
         s.addr.port(),
-        &["--flag", "INBOX", "<in7@local>", "\\Flagged", "--append", "INBOX", "<server-new@remote>"],
+        &[
+            "--flag",
+            "INBOX",
+            "<in7@local>",
+            "\\Flagged",
+            "--append",
+            "INBOX",
+            "<server-new@remote>",
+        ],
     )
     .await;
     let cur = inbox.join("cur");
@@ -137,23 +166,40 @@ async fn mbsync_two_way_sync_converges() {
         format!("{seven_seen}:2,S")
     };
     std::fs::rename(cur.join(&seven_seen), cur.join(&renamed)).unwrap();
-    write_message(&inbox.join("new"), "1700009999.NEW.local", "<local-new@local>", "local new");
+    write_message(
+        &inbox.join("new"),
+        "1700009999.NEW.local",
+        "<local-new@local>",
+        "local new",
+    );
 
     mbsync(&rc).await;
     let r = report(s.addr.port(), &[]).await;
     assert_eq!(r["INBOX"]["count"], 1002, "{r}");
     assert_eq!(r["INBOX"]["duplicates"], serde_json::json!([]), "{r}");
-    assert!(r["INBOX"]["flags"]["<in3@local>"].to_string().contains("\\\\Seen"));
+    assert!(r["INBOX"]["flags"]["<in3@local>"]
+        .to_string()
+        .contains("\\\\Seen"));
     assert_eq!(local_files(&inbox).len(), 1002);
     let flagged_locally = local_files(&inbox).into_iter().any(|f| {
-        f.rsplit_once(":2,").is_some_and(|(_, info)| info.contains('F'))
+        f.rsplit_once(":2,")
+            .is_some_and(|(_, info)| info.contains('F'))
             && std::fs::read_to_string(
-                inbox.join(if inbox.join("cur").join(&f).exists() { "cur" } else { "new" }).join(&f),
+                inbox
+                    .join(if inbox.join("cur").join(&f).exists() {
+                        "cur"
+                    } else {
+                        "new"
+                    })
+                    .join(&f),
             )
             .map(|t| t.contains("<in7@local>"))
             .unwrap_or(false)
     });
-    assert!(flagged_locally, "the server's \\Flagged did not reach the local copy");
+    assert!(
+        flagged_locally,
+        "the server's \\Flagged did not reach the local copy"
+    );
 
     // Converged: another sync changes nothing on either side.
     mbsync(&rc).await;

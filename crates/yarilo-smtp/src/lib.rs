@@ -28,10 +28,10 @@ pub mod io;
 pub mod lmtp;
 mod metrics;
 pub mod quota;
+mod received;
 pub mod relay;
 pub mod reply;
 pub mod submission;
-mod util;
 
 pub use error::SmtpError;
 pub use lmtp::{DeliveryFilter, KeepFilter, LmtpServer, LmtpSettings};

@@ -129,7 +129,8 @@ async fn bench_yarilo(root: &Path, n: u32) -> Vec<(String, Duration)> {
     for i in 0..REPS {
         settle().await;
         std::fs::write(
-            dir.join("new").join(format!("18000000{i:02}.M1P2.mta,S=30")),
+            dir.join("new")
+                .join(format!("18000000{i:02}.M1P2.mta,S=30")),
             b"Subject: new\n\nhello new mail\n",
         )
         .unwrap();
@@ -144,7 +145,11 @@ async fn bench_yarilo(root: &Path, n: u32) -> Vec<(String, Duration)> {
     let mut times = Vec::new();
     for i in 0..REPS {
         settle().await;
-        let op = if i % 2 == 0 { FlagOp::Add } else { FlagOp::Remove };
+        let op = if i % 2 == 0 {
+            FlagOp::Add
+        } else {
+            FlagOp::Remove
+        };
         let t = Instant::now();
         mb3.store_flags(&[last], op, Flags::FLAGGED, &[], None)
             .await
@@ -181,16 +186,16 @@ async fn bench_yarilo(root: &Path, n: u32) -> Vec<(String, Duration)> {
 
     // On a filesystem with sub-second timestamps the distrust window is
     // 100 ms: past it, a refresh after our own write is a few stats again.
-    mb3.append(b"Subject: appended 2\n\nbody\n".to_vec(), Default::default())
-        .await
-        .unwrap();
+    mb3.append(
+        b"Subject: appended 2\n\nbody\n".to_vec(),
+        Default::default(),
+    )
+    .await
+    .unwrap();
     tokio::time::sleep(Duration::from_millis(150)).await;
     let t = Instant::now();
     mb3.refresh().await.unwrap();
-    out.push((
-        "refresh 150 ms after own write".to_string(),
-        t.elapsed(),
-    ));
+    out.push(("refresh 150 ms after own write".to_string(), t.elapsed()));
     out
 }
 

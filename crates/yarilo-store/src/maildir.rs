@@ -654,9 +654,8 @@ impl Core {
             return Ok(Freshness::Full);
         };
         let now = self.current_stamp();
-        let changed = |old: &FileStamp, new: &FileStamp| {
-            old.mtime_ns != new.mtime_ns || old.ino != new.ino
-        };
+        let changed =
+            |old: &FileStamp, new: &FileStamp| old.mtime_ns != new.mtime_ns || old.ino != new.ino;
         // A stamp taken inside the window after the directory's mtime does
         // not prove that nothing else changed in the same timestamp tick.
         let distrusted = |old: &FileStamp, dirty: bool| {

@@ -940,12 +940,18 @@ impl Mailbox {
 
     /// Header sections of many messages in one trip to the blocking pool
     /// (SEARCH, FETCH of many messages). `None`: the message is gone.
-    pub async fn read_headers(&self, uids: &[u32]) -> Result<Vec<(u32, Option<Vec<u8>>)>, StoreError> {
+    pub async fn read_headers(
+        &self,
+        uids: &[u32],
+    ) -> Result<Vec<(u32, Option<Vec<u8>>)>, StoreError> {
         self.read_many(uids, maildir::read_header).await
     }
 
     /// Whole messages, as [`Mailbox::read_headers`].
-    pub async fn read_messages(&self, uids: &[u32]) -> Result<Vec<(u32, Option<Vec<u8>>)>, StoreError> {
+    pub async fn read_messages(
+        &self,
+        uids: &[u32],
+    ) -> Result<Vec<(u32, Option<Vec<u8>>)>, StoreError> {
         self.read_many(uids, |view, rec| std::fs::read(view.path_of(rec)))
             .await
     }

@@ -121,4 +121,82 @@ impl MailContext {
         }
         Ok(bound)
     }
+
+    /// The STARTTLS acceptor for a plain listener, unless TLS is off there.
+    fn starttls_for(&self, service: &Service) -> anyhow::Result<Option<tokio_rustls::TlsAcceptor>> {
+        Ok(match service.ssl_mode {
+            SslMode::No => None,
+            _ => Some(self.acceptor()?),
+        })
+    }
+
+    /// POP3 on `services.pop3` (STLS) and `services.pop3s`.
+    pub async fn start_pop3(&self) -> anyhow::Result<Vec<(String, SocketAddr)>> {
+        let settings = yarilo_pop3::Pop3Settings::from_config(&self.config).context("pop3")?;
+        let starttls = self.starttls_for(&self.config.services.pop3)?;
+        let (store, auth) = (self.store.clone(), self.auth.clone());
+        let server = self
+            .metrics
+            .register(|r| yarilo_pop3::Pop3Server::new(settings, store, auth, starttls, r));
+        let mut bound = Vec::new();
+        for (name, svc) in [
+            ("pop3", &self.config.services.pop3),
+            ("pop3s", &self.config.services.pop3s),
+        ] {
+            let (srv, life) = (server.clone(), self.life.clone());
+            let max = self.config.imap.max_connections;
+            if let Some(addr) = self
+                .serve(name, svc, max, move |conn| {
+                    srv.clone().handle(conn, life.stopped())
+                })
+                .await?
+            {
+                bound.push((name.to_string(), addr));
+            }
+        }
+        Ok(bound)
+    }
+
+    /// LMTP on `services.lmtp`: delivery into the store.
+    pub async fn start_lmtp(&self) -> anyhow::Result<Vec<(String, SocketAddr)>> {
+        let settings = yarilo_smtp::LmtpSettings::from_config(&self.config);
+        let (store, auth) = (self.store.clone(), self.auth.clone());
+        let server = self
+            .metrics
+            .register(|r| yarilo_smtp::LmtpServer::new(settings, store, auth, r));
+        let (srv, life) = (server.clone(), self.life.clone());
+        let addr = self
+            .serve("lmtp", &self.config.services.lmtp, 1024, move |conn| {
+                srv.clone().handle(conn, life.stopped())
+            })
+            .await?;
+        Ok(addr.map(|a| ("lmtp".to_string(), a)).into_iter().collect())
+    }
+
+    /// Submission on `services.submission` (STARTTLS) and
+    /// `services.submissions`, relaying to `submission.relay_host`.
+    pub async fn start_submission(&self) -> anyhow::Result<Vec<(String, SocketAddr)>> {
+        let settings = yarilo_smtp::SubmissionSettings::from_config(&self.config);
+        let starttls = self.starttls_for(&self.config.services.submission)?;
+        let auth = self.auth.clone();
+        let server = self
+            .metrics
+            .register(|r| yarilo_smtp::SubmissionServer::new(settings, auth, starttls, r));
+        let mut bound = Vec::new();
+        for (name, svc) in [
+            ("submission", &self.config.services.submission),
+            ("submissions", &self.config.services.submissions),
+        ] {
+            let (srv, life) = (server.clone(), self.life.clone());
+            if let Some(addr) = self
+                .serve(name, svc, 4096, move |conn| {
+                    srv.clone().handle(conn, life.stopped())
+                })
+                .await?
+            {
+                bound.push((name.to_string(), addr));
+            }
+        }
+        Ok(bound)
+    }
 }

@@ -87,8 +87,7 @@ async fn run(mut config: Config) -> anyhow::Result<ExitCode> {
     )
     .context("store")?;
     telemetry.metrics.register(|r| store.register_metrics(r));
-    let authenticator =
-        Arc::new(yarilo_auth::Authenticator::from_config(&config).context("auth")?);
+    let authenticator = Arc::new(yarilo_auth::Authenticator::from_config(&config).context("auth")?);
     telemetry
         .metrics
         .register(|r| authenticator.register_metrics(r));
@@ -107,6 +106,9 @@ async fn run(mut config: Config) -> anyhow::Result<ExitCode> {
     };
     let mut bound = Vec::new();
     bound.extend(mail.start_imap().await?);
+    bound.extend(mail.start_pop3().await?);
+    bound.extend(mail.start_lmtp().await?);
+    bound.extend(mail.start_submission().await?);
 
     println!("yarilo single {} running", env!("CARGO_PKG_VERSION"));
     println!("  data        {}", data_dir.display());
@@ -119,8 +121,10 @@ async fn run(mut config: Config) -> anyhow::Result<ExitCode> {
         println!("  {name:<11} {addr}");
     }
     println!(
-        "  not yet in this build: pop3, lmtp, submission, managesieve, jmap (their ports stay closed)"
+        "  submission relays to {}:{}",
+        config.submission.relay_host, config.submission.relay_port
     );
+    println!("  not yet in this build: managesieve, jmap (their ports stay closed)");
     println!(
         "Add a user:  yarctl user add alice --password 'a-long-secret' --data {}",
         data_dir.display()

@@ -63,7 +63,8 @@ pub async fn start_with(tune: impl FnOnce(&mut Config)) -> Server {
     )
     .unwrap();
     let auth = Arc::new(yarilo_auth::Authenticator::from_config(&config).unwrap());
-    let (cert, key, _) = yarilo_tls::ensure_self_signed(&dir.path().join("tls"), "test.invalid").unwrap();
+    let (cert, key, _) =
+        yarilo_tls::ensure_self_signed(&dir.path().join("tls"), "test.invalid").unwrap();
     let certs = yarilo_tls::CertStore::load(vec![(cert, key)]).unwrap();
     let acceptor = certs.acceptor("1.2").unwrap();
     let mut registry = prometheus_client::registry::Registry::default();

@@ -243,7 +243,7 @@ impl Deliverer<'_> {
                 env.session,
                 env.sender,
                 rcpt.address,
-                crate::util::rfc5322_now()
+                crate::received::rfc5322_now()
             ));
         }
         let mut out = Vec::with_capacity(h.len() + env.message_lf.len());

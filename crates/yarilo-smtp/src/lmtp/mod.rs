@@ -134,7 +134,7 @@ impl LmtpServer {
         conn: ClientConn,
         shutdown: impl std::future::Future<Output = ()> + Send,
     ) {
-        let id = crate::util::session_id();
+        let id = crate::received::session_id();
         let span = tracing::info_span!("lmtp", session = %id, peer = %conn.peer);
         self.serve(conn.stream, conn.peer, id, shutdown)
             .instrument(span)

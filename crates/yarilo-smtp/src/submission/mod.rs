@@ -131,7 +131,7 @@ impl SubmissionServer {
         conn: ClientConn,
         shutdown: impl std::future::Future<Output = ()> + Send,
     ) {
-        let id = crate::util::session_id();
+        let id = crate::received::session_id();
         let span = tracing::info_span!("submission", session = %id, peer = %conn.peer);
         self.serve::<MailStream>(conn.stream, conn.peer, conn.local, id, shutdown)
             .instrument(span)

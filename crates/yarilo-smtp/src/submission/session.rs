@@ -735,7 +735,7 @@ impl Session<'_> {
             "Received: from {helo} ([{ip}])\r\n\tby {} with {with} id {};\r\n\t{}\r\n",
             self.server.settings.hostname,
             self.id,
-            crate::util::rfc5322_now()
+            crate::received::rfc5322_now()
         );
         let mut out = Vec::with_capacity(h.len() + message.len());
         out.extend_from_slice(h.as_bytes());

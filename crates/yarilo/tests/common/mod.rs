@@ -143,3 +143,56 @@ pub fn write_config(dir: &std::path::Path, text: &str) -> std::path::PathBuf {
     std::fs::write(&path, text).unwrap();
     path
 }
+
+impl Process {
+    /// Like [`Process::start`], with the process's log (stderr) written to
+    /// `log` so a test can read what it logged.
+    pub fn start_logged(mut cmd: Command, log: &std::path::Path) -> Process {
+        let file = std::fs::File::create(log).unwrap();
+        let mut child = cmd
+            .env("TELEMETRY_LISTEN", "127.0.0.1:0")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(file))
+            .spawn()
+            .expect("spawn yarilo");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut p = Process {
+            child,
+            lines,
+            seen: Vec::new(),
+            telemetry: String::new(),
+        };
+        let addr = p.announced("telemetry   http://");
+        let addr = addr.split_whitespace().next().unwrap_or("").to_string();
+        p.telemetry = format!("http://{addr}");
+        p
+    }
+
+    /// The value of one sample on `/metrics` (`name{labels}` exactly as
+    /// exposed), 0 when absent.
+    pub fn metric(&self, sample: &str) -> f64 {
+        let (_, text) = get(&format!("{}/metrics", self.telemetry));
+        text.lines()
+            .find_map(|l| l.strip_prefix(sample).and_then(|v| v.strip_prefix(' ')))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+}
+
+/// A loopback port that was free a moment ago, for configuration keys
+/// that refuse port 0 (`services.*.port`).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

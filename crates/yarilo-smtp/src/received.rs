@@ -1,4 +1,5 @@
-//! Small helpers shared by both sessions.
+//! What a `Received:` trace line is made of, shared by both sessions:
+//! session ids and RFC 5322 dates.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
