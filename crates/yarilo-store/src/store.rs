@@ -557,6 +557,15 @@ impl UserStore {
         .await?)
     }
 
+    async fn deliver_lock(&self, name: &str) -> Result<LockGuard, StoreError> {
+        Ok(lock(
+            self.inner.locker.clone(),
+            &format!("deliver:{}:{}", self.user, name),
+            &self.inner.settings.lock,
+        )
+        .await?)
+    }
+
     fn cache(&self) -> MutexGuard<'_, HashMap<(String, String), Arc<Shared>>> {
         self.inner.open.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -790,6 +799,23 @@ impl Mailbox {
         &self,
         msgs: Vec<(Vec<u8>, AppendOptions)>,
     ) -> Result<Vec<u32>, StoreError> {
+        self.append_locked(msgs, false).await
+    }
+
+    /// A delivery (LMTP): [`Mailbox::append_many`] under the
+    /// `deliver:<user>:<folder>` lock as well.
+    pub async fn deliver(
+        &self,
+        msgs: Vec<(Vec<u8>, AppendOptions)>,
+    ) -> Result<Vec<u32>, StoreError> {
+        self.append_locked(msgs, true).await
+    }
+
+    async fn append_locked(
+        &self,
+        msgs: Vec<(Vec<u8>, AppendOptions)>,
+        delivery: bool,
+    ) -> Result<Vec<u32>, StoreError> {
         let max = self.inner.settings.max_message_size;
         for (d, _) in &msgs {
             if max > 0 && d.len() as u64 > max {
@@ -808,6 +834,12 @@ impl Mailbox {
         })
         .await?;
         let _g = self.user.mbox_lock(&self.name).await?;
+        // A delivery also holds `deliver:`, innermost in the lock order
+        // (idx → mbox → deliver), so tools can fence deliveries alone.
+        let _d = match delivery {
+            true => Some(self.user.deliver_lock(&self.name).await?),
+            false => None,
+        };
         let shared = self.shared.clone();
         let uids = blocking(move || {
             let mut core = shared.core();

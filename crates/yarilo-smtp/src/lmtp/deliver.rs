@@ -225,7 +225,11 @@ impl Deliverer<'_> {
             }
             Err(e) => return Err(e),
         };
-        mb.append(data, opts).await
+        // Under `deliver:` too (the store takes it after `mbox:`).
+        let uids = mb.deliver(vec![(data, opts)]).await?;
+        uids.first()
+            .copied()
+            .ok_or_else(|| StoreError::Internal("delivery returned no uid".into()))
     }
 
     /// `Return-Path:`, `Delivered-To:` and (optionally) `Received:` in
