@@ -20,6 +20,7 @@ mod listen;
 mod lmtp;
 mod locks;
 mod log;
+mod login;
 mod pop3;
 mod secret;
 mod services;
@@ -47,6 +48,7 @@ pub use listen::parse_listen;
 pub use lmtp::LmtpConfig;
 pub use locks::{LocksClient, LocksMode, LocksService};
 pub use log::{LogConfig, LogFormat};
+pub use login::{Login, LoginRoute, RouteTarget};
 pub use pop3::Pop3;
 pub use secret::Secret;
 pub use services::{Service, ServiceName, Services, SslMode};
@@ -104,6 +106,8 @@ pub struct Config {
     pub submission: SubmissionConfig,
     /// The IMAP session (`imap.*`).
     pub imap: Imap,
+    /// Login proxies and the login → backend hop (`login.*`).
+    pub login: Login,
 }
 
 impl Config {
@@ -146,6 +150,7 @@ impl Config {
         self.lmtp.validate()?;
         self.submission.validate()?;
         self.imap.validate()?;
+        self.login.validate()?;
         Ok(())
     }
 

@@ -10,6 +10,8 @@ const LINKED: &[&str] = &[
     "warden",
     "director",
     "backend-reg",
+    "imap",
+    "imap-login",
 ];
 
 /// argv with the component inserted when the program was invoked through a

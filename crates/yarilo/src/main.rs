@@ -4,6 +4,7 @@
 //! `yarilo-<component>` (the process names of the design documents) it runs
 //! that component as if it had been given as the first argument.
 
+mod backend;
 mod component;
 mod dispatch;
 mod mail;
@@ -42,6 +43,10 @@ enum Command {
     Director(component::ComponentArgs),
     /// Registers this backend pod with the directors (`backend_register`).
     BackendReg(component::ComponentArgs),
+    /// The IMAP backend behind login proxies: accepts the YARILO preamble (`services.imap`).
+    Imap(component::ComponentArgs),
+    /// The IMAP login proxy: TLS, LOGIN/AUTHENTICATE, then a pipe to the backend (`login.imap`).
+    ImapLogin(component::ComponentArgs),
     /// Check or show the configuration.
     Config {
         #[command(subcommand)]
@@ -74,6 +79,8 @@ fn main() -> ExitCode {
         Command::Warden(args) => services::warden(args),
         Command::Director(args) => services::director(args),
         Command::BackendReg(args) => services::backend_reg(args),
+        Command::Imap(args) => backend::imap(args),
+        Command::ImapLogin(args) => backend::imap_login(args),
         Command::Config { command } => config_command(command),
     };
     match result {

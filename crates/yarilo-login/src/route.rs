@@ -1,0 +1,208 @@
+//! Which backend an authenticated session goes to: `backend_addr`
+//! (standalone: one address, a Service that load-balances) or a LOOKUP to
+//! the director at `director_addr` (`LOOKUP <user> <tag> <proto>` →
+//! `OK <ip> <port>`). `backend_addr` wins when both are set.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use yarilo_auth::ExtraFields;
+use yarilo_config::{LoginRoute, RouteTarget};
+use yarilo_tls::internal::InternalTls;
+use yarilo_wire::{join_line, split_line};
+
+use crate::hop::dial;
+use crate::HopError;
+
+/// Longest director reply line.
+const MAX_REPLY: usize = 1024;
+
+/// A protocol's routing, resolved at start-up.
+#[derive(Debug, Clone)]
+pub struct Router {
+    target: RouteTarget,
+    /// Replaces the port a LOOKUP returns (0: keep it).
+    backend_port: u16,
+    /// Tag pool for LOOKUPs; empty: the user's `director_tag` field.
+    director_tag: String,
+    /// `imap`, `pop3`, … (the LOOKUP's proto field).
+    proto: &'static str,
+    tls: Option<InternalTls>,
+    timeout: Duration,
+}
+
+impl Router {
+    /// From `login.<proto>`; `key` names it in errors. Fails when neither
+    /// `backend_addr` nor `director_addr` is set.
+    pub fn from_config(
+        route: &LoginRoute,
+        key: &str,
+        proto: &'static str,
+        tls: Option<InternalTls>,
+        timeout: Duration,
+    ) -> Result<Router, yarilo_config::ConfigError> {
+        let target = route.target(key)?;
+        if matches!(target, RouteTarget::Backend(_)) && !route.director_addr.is_empty() {
+            tracing::warn!(
+                "{key}: both backend_addr and director_addr are set; backend_addr wins, \
+                 director routing is off"
+            );
+        }
+        Ok(Router {
+            target,
+            backend_port: route.backend_port,
+            director_tag: route.director_tag.clone(),
+            proto,
+            tls,
+            timeout,
+        })
+    }
+
+    /// `host:port` for `user`.
+    pub async fn backend_for(&self, user: &str, fields: &ExtraFields) -> Result<String, HopError> {
+        match &self.target {
+            RouteTarget::Backend(addr) => Ok(addr.clone()),
+            RouteTarget::Director(director) => {
+                let tag = if self.director_tag.is_empty() {
+                    fields.get("director_tag").unwrap_or_default()
+                } else {
+                    self.director_tag.as_str()
+                };
+                let (ip, port) = tokio::time::timeout(
+                    self.timeout,
+                    lookup(
+                        director,
+                        self.tls.as_ref(),
+                        self.timeout,
+                        user,
+                        tag,
+                        self.proto,
+                    ),
+                )
+                .await
+                .map_err(|_| HopError::Route(format!("director {director} did not answer")))??;
+                let port = if self.backend_port != 0 {
+                    self.backend_port
+                } else {
+                    port
+                };
+                Ok(match ip {
+                    std::net::IpAddr::V6(v6) => format!("[{v6}]:{port}"),
+                    v4 => format!("{v4}:{port}"),
+                })
+            }
+        }
+    }
+}
+
+/// One LOOKUP on a fresh connection.
+async fn lookup(
+    director: &str,
+    tls: Option<&InternalTls>,
+    timeout: Duration,
+    user: &str,
+    tag: &str,
+    proto: &str,
+) -> Result<(std::net::IpAddr, u16), HopError> {
+    let route_err = |m: String| HopError::Route(format!("director {director}: {m}"));
+    let mut s = dial(director, tls, timeout)
+        .await
+        .map_err(|e| route_err(e.to_string()))?;
+    let hello = ["VERSION", "director", "1", "0"].map(String::from);
+    let answer = yarilo_wire::handshake(&mut s, &hello, MAX_REPLY)
+        .await
+        .map_err(|e| route_err(e.to_string()))?;
+    if answer.first().map(String::as_str) != Some("VERSION")
+        || answer.get(1).map(String::as_str) != Some("director")
+        || answer.get(2).map(String::as_str) != Some("1")
+    {
+        return Err(route_err(format!("unexpected VERSION {answer:?}")));
+    }
+    s.write_all(join_line(&["LOOKUP", user, tag, proto]).as_bytes())
+        .await
+        .map_err(|e| route_err(e.to_string()))?;
+    let mut line = Vec::with_capacity(64);
+    let mut b = [0u8; 256];
+    loop {
+        let n = s.read(&mut b).await.map_err(|e| route_err(e.to_string()))?;
+        if n == 0 {
+            return Err(route_err("closed".into()));
+        }
+        line.extend_from_slice(b.get(..n).unwrap_or_default());
+        if let Some(pos) = line.iter().position(|&c| c == b'\n') {
+            line.truncate(pos);
+            break;
+        }
+        if line.len() > MAX_REPLY {
+            return Err(route_err("reply too long".into()));
+        }
+    }
+    let text = String::from_utf8(line).map_err(|_| route_err("reply not UTF-8".into()))?;
+    parse_lookup_reply(&text).map_err(route_err)
+}
+
+/// `OK <ip> <port>` → the pair; `FAIL …` → its text.
+fn parse_lookup_reply(line: &str) -> Result<(std::net::IpAddr, u16), String> {
+    let fields = split_line(line).map_err(|e| e.to_string())?;
+    match fields.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        ["OK", ip, port, ..] => Ok((
+            ip.parse().map_err(|_| format!("bad backend ip {ip:?}"))?,
+            port.parse()
+                .map_err(|_| format!("bad backend port {port:?}"))?,
+        )),
+        ["FAIL", ref rest @ ..] => Err(format!("LOOKUP failed: {}", rest.join(" "))),
+        _ => Err(format!("unexpected reply {line:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use tokio::io::AsyncBufReadExt;
+
+    #[test]
+    fn lookup_replies_parse() {
+        assert_eq!(
+            parse_lookup_reply("OK\t10.0.0.7\t143").unwrap(),
+            ("10.0.0.7".parse().unwrap(), 143)
+        );
+        assert!(parse_lookup_reply("FAIL\tNOBACKEND\tnone")
+            .unwrap_err()
+            .contains("NOBACKEND"));
+        assert!(parse_lookup_reply("OK\tx\t1").is_err());
+        assert!(parse_lookup_reply("WHAT").is_err());
+    }
+
+    #[tokio::test]
+    async fn director_lookup_gives_the_backend_with_the_port_override() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (s, _) = l.accept().await.unwrap();
+            let (r, mut w) = s.into_split();
+            let mut r = tokio::io::BufReader::new(r);
+            let mut line = String::new();
+            r.read_line(&mut line).await.unwrap();
+            assert_eq!(line, "VERSION\tdirector\t1\t0\n");
+            w.write_all(b"VERSION\tdirector\t1\t0\n").await.unwrap();
+            line.clear();
+            r.read_line(&mut line).await.unwrap();
+            assert_eq!(line, "LOOKUP\talice\tblue\timap\n");
+            w.write_all(b"OK\t10.1.2.3\t9143\n").await.unwrap();
+        });
+        let route = LoginRoute {
+            director_addr: addr,
+            backend_port: 1143,
+            ..Default::default()
+        };
+        let r = Router::from_config(&route, "login.imap", "imap", None, Duration::from_secs(5))
+            .unwrap();
+        let mut fields = ExtraFields::new();
+        fields.set("director_tag", "blue");
+        assert_eq!(
+            r.backend_for("alice", &fields).await.unwrap(),
+            "10.1.2.3:1143"
+        );
+    }
+}
