@@ -194,6 +194,10 @@ impl Session {
         if messages.iter().any(|(d, _)| d.is_empty()) {
             return Response::no(tag, None, "Empty messages are not allowed.");
         }
+        let bytes: u64 = messages.iter().map(|(d, _)| d.len() as u64).sum();
+        if let Err(r) = self.quota_allows(tag, bytes, messages.len() as u64).await {
+            return r;
+        }
         match mailbox.append_many(messages).await {
             Ok(uids) => {
                 let uidvalidity = mailbox.view().uidvalidity();

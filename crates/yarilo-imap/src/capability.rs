@@ -28,6 +28,10 @@ pub const AUTHENTICATED: &[&str] = &[
     "WITHIN",
     "UTF8=ACCEPT",
     "SAVEDATE",
+    "COMPRESS=DEFLATE",
+    "QUOTA",
+    "QUOTA=RES-STORAGE",
+    "QUOTA=RES-MESSAGE",
 ];
 
 /// Before login. `starttls`: offered on this connection; `login_ok`: a

@@ -25,6 +25,8 @@ pub(crate) struct Conn {
     pub enc: EncodeOptions,
     read_buf: Vec<u8>,
     metrics: Metrics,
+    /// COMPRESS=DEFLATE (RFC 4978) once negotiated.
+    deflate: Option<Box<crate::compress::Deflate>>,
 }
 
 /// What a read produced.
@@ -43,6 +45,7 @@ impl Conn {
             enc: EncodeOptions::default(),
             read_buf: Vec::new(),
             metrics,
+            deflate: None,
         }
     }
 
@@ -54,11 +57,38 @@ impl Conn {
         self.out.extend_from_slice(b);
     }
 
+    pub fn compressing(&self) -> bool {
+        self.deflate.is_some()
+    }
+
+    /// Everything written after this is deflated, everything read
+    /// inflated. Call right after the tagged OK went out.
+    pub fn start_compression(&mut self) {
+        self.deflate = Some(Box::default());
+    }
+
+    /// Inflates (when compressing) and feeds the receiver.
+    fn take_in(&mut self, data: &[u8]) -> io::Result<()> {
+        match self.deflate.as_mut() {
+            None => self.rx.feed(data),
+            Some(d) => {
+                let plain = d.inflate(data)?;
+                self.rx.feed(&plain);
+            }
+        }
+        Ok(())
+    }
+
     pub async fn flush(&mut self) -> io::Result<()> {
         if self.out.is_empty() {
             return Ok(());
         }
-        self.stream.write_all(&self.out).await?;
+        if let Some(d) = self.deflate.as_mut() {
+            let packed = d.deflate(&self.out)?;
+            self.stream.write_all(&packed).await?;
+        } else {
+            self.stream.write_all(&self.out).await?;
+        }
         self.stream.flush().await?;
         self.metrics.bytes_out.inc_by(self.out.len() as u64);
         self.out.clear();
@@ -88,8 +118,8 @@ impl Conn {
             Ok(Ok(0)) => Ok(Read::Eof),
             Ok(Ok(n)) => {
                 self.metrics.bytes_in.inc_by(n as u64);
-                let data = self.read_buf.get(..n).unwrap_or_default();
-                self.rx.feed(data);
+                let data = self.read_buf.get(..n).unwrap_or_default().to_vec();
+                self.take_in(&data)?;
                 Ok(Read::Data)
             }
             Ok(Err(e)) => Err(e),
@@ -104,7 +134,7 @@ impl Conn {
             Ok(0) => Ok(Read::Eof),
             Ok(n) => {
                 self.metrics.bytes_in.inc_by(n as u64);
-                self.rx.feed(small.get(..n).unwrap_or_default());
+                self.take_in(small.get(..n).unwrap_or_default())?;
                 Ok(Read::Data)
             }
             Err(e) => Err(e),

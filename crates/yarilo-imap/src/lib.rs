@@ -15,6 +15,7 @@
 mod append;
 mod auth;
 pub mod capability;
+mod compress;
 mod conn;
 mod dates;
 mod fetch;
@@ -24,6 +25,7 @@ mod mailboxes;
 mod messages;
 mod metrics;
 mod names;
+mod quota;
 mod recent;
 mod search;
 mod selected;

@@ -195,6 +195,16 @@ impl Session {
                 "Some of the requested messages no longer exist.",
             );
         }
+        if !is_move {
+            let bytes: u64 = uids
+                .iter()
+                .filter_map(|&u| view.by_uid(u))
+                .map(|r| r.size)
+                .sum();
+            if let Err(r) = self.quota_allows(tag, bytes, uids.len() as u64).await {
+                return r;
+            }
+        }
         let pairs = if is_move {
             source.move_to(&uids, &dest_box).await
         } else {

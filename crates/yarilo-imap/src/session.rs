@@ -26,6 +26,8 @@ use crate::server::ImapServer;
 pub(crate) struct UserCtx {
     pub name: String,
     pub store: UserStore,
+    /// From the userdb's `quota_rule` fields.
+    pub limits: yarilo_store::QuotaLimits,
 }
 
 /// Extensions the client turned on with ENABLE (or implicitly).
@@ -562,12 +564,45 @@ impl Session {
             Command::Store(s) => self.store(tag, s).await,
             Command::Copy { uid, set, mailbox } => self.copy(tag, uid, set, mailbox, false).await,
             Command::Move { uid, set, mailbox } => self.copy(tag, uid, set, mailbox, true).await,
+            Command::GetQuotaRoot(m) => self.get_quota_root(tag, m).await,
+            Command::GetQuota(root) => self.get_quota(tag, &root).await,
+            Command::SetQuota { .. } => Response::no(
+                tag,
+                Some(Code::NoPerm),
+                "Quota limits are set in the userdb.",
+            ),
+            Command::Compress(mech) => return self.compress(tag, &mech).await,
             other => Response::bad(
                 Some(tag.to_string()),
                 None,
                 format!("Unknown command {}", other.name()),
             ),
         })
+    }
+
+    async fn compress(&mut self, tag: &str, mechanism: &str) -> std::io::Result<Response> {
+        if self.conn.compressing() {
+            return Ok(Response::no(
+                tag,
+                Some(Code::CompressionActive),
+                "Compression is already active.",
+            ));
+        }
+        if !mechanism.eq_ignore_ascii_case("DEFLATE") {
+            return Ok(Response::bad(
+                Some(tag.to_string()),
+                None,
+                "Unknown compression mechanism.",
+            ));
+        }
+        // Untagged updates first, then the OK uncompressed; everything
+        // after it is deflated (RFC 4978 §3).
+        self.sync_selected(true, &[]).await;
+        self.conn
+            .send(&Response::ok(tag, None, "Begin compression."));
+        self.conn.flush().await?;
+        self.conn.start_compression();
+        Ok(answered())
     }
 
     fn enable(&mut self, tag: &str, caps: &[String]) -> Response {
@@ -615,6 +650,7 @@ impl Session {
                 self.user = Some(UserCtx {
                     name: user.to_string(),
                     store,
+                    limits: yarilo_store::QuotaLimits::from_fields(fields.iter()),
                 });
                 Ok(())
             }

@@ -287,3 +287,72 @@ async fn extensions_exact() {
     let r = a.cmd("e17 ID (\"name\" \"test\")").await;
     assert!(r[0].starts_with("* ID (\"name\" \"yarilo\""), "{r:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quota_from_userdb_rules() {
+    let s = common::start().await;
+    // A user with limits, as the passwd-file userdb field says.
+    let users = s.data().join("users");
+    let mut text = std::fs::read_to_string(&users).unwrap();
+    text.push_str(&format!(
+        "quota:{}::::::userdb_quota_rule=*:storage=1k userdb_quota_rule2=*:messages=2\n",
+        std::fs::read_to_string(&users)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap()
+            .split(':')
+            .nth(1)
+            .unwrap()
+    ));
+    std::fs::write(&users, text).unwrap();
+    let mut a = Raw::login(s.addr, "quota").await;
+    let r = a.cmd("q1 GETQUOTAROOT INBOX").await;
+    assert_eq!(
+        r,
+        vec![
+            "* QUOTAROOT INBOX \"\"",
+            "* QUOTA \"\" (STORAGE 0 1 MESSAGE 0 2)",
+            "q1 OK Getquotaroot completed."
+        ]
+    );
+    a.send("q2 APPEND INBOX {20+}\r\nSubject: q1\r\n\r\nhello")
+        .await;
+    assert!(a.line().await.starts_with("q2 OK [APPENDUID"));
+    let big = "x".repeat(2000);
+    let r = a
+        .cmd(&format!("q3 APPEND INBOX {{{}+}}\r\n{big}", big.len()))
+        .await;
+    assert_eq!(r, vec!["q3 NO [OVERQUOTA] Quota exceeded."]);
+    let r = a.cmd("q4 GETQUOTA \"\"").await;
+    assert_eq!(r[0], "* QUOTA \"\" (STORAGE 1 1 MESSAGE 1 2)");
+    let r = a.cmd("q5 SETQUOTA \"\" (STORAGE 10)").await;
+    assert_eq!(
+        r,
+        vec!["q5 NO [NOPERM] Quota limits are set in the userdb."]
+    );
+    // Unlimited users have no quota root.
+    let mut b = Raw::login(s.addr, USER).await;
+    let r = b.cmd("b1 GETQUOTAROOT INBOX").await;
+    assert_eq!(
+        r,
+        vec!["* QUOTAROOT INBOX", "b1 OK Getquotaroot completed."]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compress_deflate_with_python_zlib() {
+    let s = common::start().await;
+    let out = common::python(
+        "compress.py",
+        &[
+            s.addr.port().to_string(),
+            USER.to_string(),
+            common::PASS.to_string(),
+            "200".to_string(),
+        ],
+    )
+    .await;
+    assert!(out.contains("compress:"), "{out}");
+    println!("{out}");
+}

@@ -27,7 +27,6 @@ pub mod error;
 pub mod io;
 pub mod lmtp;
 mod metrics;
-pub mod quota;
 mod received;
 pub mod relay;
 pub mod reply;

@@ -27,6 +27,7 @@ pub mod location;
 pub mod maildir;
 pub mod meta;
 pub mod names;
+pub mod quota_rules;
 pub mod records;
 pub mod store;
 pub mod subscriptions;
@@ -37,6 +38,7 @@ pub use error::StoreError;
 pub use flags::Flags;
 pub use location::{MailLocation, UserInfo};
 pub use maildir::{FlagOp, FlagResult};
+pub use quota_rules::QuotaLimits;
 pub use records::MessageRecord;
 pub use store::{
     AppendOptions, AutoCreate, Mailbox, MailboxEntry, MailboxSetting, QuotaUsage, SpecialUse,

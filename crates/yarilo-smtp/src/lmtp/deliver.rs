@@ -15,8 +15,8 @@ use super::filter::{DeliveryAction, DeliveryContext, DeliveryFilter};
 use super::LmtpSettings;
 use crate::data::crlf_to_lf;
 use crate::metrics::{label, LmtpMetrics};
-use crate::quota::QuotaLimits;
 use crate::reply::{EnhancedCode, Reply};
+use yarilo_store::QuotaLimits;
 
 /// An accepted RCPT.
 #[derive(Debug, Clone)]

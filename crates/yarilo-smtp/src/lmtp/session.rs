@@ -18,8 +18,8 @@ use crate::data::Body;
 use crate::error::SmtpError;
 use crate::io::{Conn, Input};
 use crate::metrics::label;
-use crate::quota::QuotaLimits;
 use crate::reply::{EnhancedCode, Reply};
+use yarilo_store::QuotaLimits;
 
 /// A mail transaction (RFC 5321 §3.3).
 struct Transaction {
@@ -349,7 +349,7 @@ impl Session<'_> {
         detail: Option<String>,
     ) -> Reply {
         let settings = &self.server.settings;
-        let limits = QuotaLimits::from_fields(&fields);
+        let limits = QuotaLimits::from_fields(fields.iter());
         if settings.rcpt_check_quota && !limits.is_unlimited() {
             let usage = match open_user(&self.server.store, &user, &fields).await {
                 Ok(us) => us.quota().await,

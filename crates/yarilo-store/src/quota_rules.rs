@@ -6,8 +6,7 @@
 //! `storage=` is in KiB unless it has a suffix (`b k M G T`), `bytes=` in
 //! bytes; `0` means unlimited — all as in Dovecot 2.3.
 
-use yarilo_auth::ExtraFields;
-use yarilo_store::QuotaUsage;
+use crate::store::QuotaUsage;
 
 /// A user's limits; `None` is unlimited.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -17,11 +16,12 @@ pub struct QuotaLimits {
 }
 
 impl QuotaLimits {
-    /// Reads `quota_rule`, `quota_rule2`, … from userdb fields.
-    pub fn from_fields(fields: &ExtraFields) -> QuotaLimits {
+    /// Reads `quota_rule`, `quota_rule2`, … from userdb fields (name,
+    /// value pairs).
+    pub fn from_fields<'a>(fields: impl IntoIterator<Item = (&'a str, &'a str)>) -> QuotaLimits {
         let mut limits = QuotaLimits::default();
         let mut rules: Vec<(&str, &str)> = fields
-            .iter()
+            .into_iter()
             .filter(|(k, _)| {
                 *k == "quota_rule"
                     || k.strip_prefix("quota_rule")
@@ -96,7 +96,12 @@ mod tests {
     use super::*;
 
     fn limits(s: &str) -> QuotaLimits {
-        QuotaLimits::from_fields(&ExtraFields::parse_dovecot(s))
+        // "k=v k=v", as a userdb line.
+        let pairs: Vec<(&str, &str)> = s
+            .split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .collect();
+        QuotaLimits::from_fields(pairs)
     }
 
     #[test]
