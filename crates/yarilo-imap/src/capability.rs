@@ -32,6 +32,8 @@ pub const AUTHENTICATED: &[&str] = &[
     "QUOTA",
     "QUOTA=RES-STORAGE",
     "QUOTA=RES-MESSAGE",
+    "METADATA",
+    "METADATA-SERVER",
 ];
 
 /// Before login. `starttls`: offered on this connection; `login_ok`: a

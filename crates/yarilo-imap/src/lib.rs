@@ -23,6 +23,7 @@ mod flags;
 mod idle;
 mod mailboxes;
 mod messages;
+mod metadata;
 mod metrics;
 mod names;
 mod quota;

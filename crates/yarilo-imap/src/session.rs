@@ -572,6 +572,18 @@ impl Session {
                 "Quota limits are set in the userdb.",
             ),
             Command::Compress(mech) => return self.compress(tag, &mech).await,
+            Command::GetMetadata {
+                max_size,
+                depth,
+                mailbox,
+                entries,
+            } => {
+                self.get_metadata(tag, max_size, depth, mailbox, entries)
+                    .await
+            }
+            Command::SetMetadata { mailbox, entries } => {
+                self.set_metadata(tag, mailbox, entries).await
+            }
             other => Response::bad(
                 Some(tag.to_string()),
                 None,

@@ -356,3 +356,50 @@ async fn compress_deflate_with_python_zlib() {
     assert!(out.contains("compress:"), "{out}");
     println!("{out}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_server_and_mailbox() {
+    let s = common::start().await;
+    let mut a = Raw::login(s.addr, USER).await;
+    let r = a
+        .cmd("m1 SETMETADATA \"\" (/private/comment \"My own comment\")")
+        .await;
+    assert_eq!(r, vec!["m1 OK Setmetadata completed."]);
+    let r = a.cmd("m2 GETMETADATA \"\" /private/comment").await;
+    assert_eq!(
+        r,
+        vec![
+            "* METADATA \"\" (/private/comment \"My own comment\")",
+            "m2 OK Getmetadata completed."
+        ]
+    );
+    let r = a
+        .cmd("m3 SETMETADATA INBOX (/shared/vendor/a \"1\" /shared/vendor/a/b \"22\")")
+        .await;
+    assert_eq!(r, vec!["m3 OK Setmetadata completed."]);
+    let r = a
+        .cmd("m4 GETMETADATA (DEPTH infinity MAXSIZE 1) INBOX (/shared/vendor)")
+        .await;
+    assert_eq!(
+        r,
+        vec![
+            "* METADATA INBOX (/shared/vendor/a \"1\")",
+            "m4 OK [METADATA LONGENTRIES 2] Getmetadata completed."
+        ]
+    );
+    let r = a.cmd("m5 GETMETADATA INBOX /private/none").await;
+    assert_eq!(r[0], "* METADATA INBOX (/private/none NIL)");
+    let r = a.cmd("m6 SETMETADATA INBOX (/shared/vendor/a NIL)").await;
+    assert_eq!(r, vec!["m6 OK Setmetadata completed."]);
+    let r = a
+        .cmd("m7 GETMETADATA (DEPTH 1) INBOX (/shared/vendor/a)")
+        .await;
+    assert_eq!(
+        r[0], "* METADATA INBOX (/shared/vendor/a/b \"22\")",
+        "{r:?}"
+    );
+    let r = a.cmd("m8 SETMETADATA Nope (/private/x \"y\")").await;
+    assert_eq!(r, vec!["m8 NO [NONEXISTENT] Mailbox doesn't exist."]);
+    let r = a.cmd("m9 SETMETADATA \"\" (/bogus/x \"y\")").await;
+    assert!(r[0].starts_with("m9 BAD"), "{r:?}");
+}

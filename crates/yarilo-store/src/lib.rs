@@ -26,6 +26,7 @@ pub mod keywords;
 pub mod location;
 pub mod maildir;
 pub mod meta;
+pub mod metadata;
 pub mod names;
 pub mod quota_rules;
 pub mod records;

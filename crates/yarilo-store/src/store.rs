@@ -441,6 +441,14 @@ impl UserStore {
                     let _ = std::fs::remove_dir_all(idx);
                 }
             }
+            // Its METADATA goes with it (a later mailbox of the same name
+            // starts clean).
+            let mut entries = crate::metadata::load(&p.root);
+            let before = entries.len();
+            entries.retain(|(m, _), _| *m != p.name);
+            if entries.len() != before {
+                crate::metadata::save(&p.root, &entries)?;
+            }
             Ok(())
         })
         .await
@@ -517,6 +525,42 @@ impl UserStore {
                 write_subscriptions(&loc.root, sep, &subs)?;
             }
             Ok(())
+        })
+        .await
+    }
+
+    /// METADATA entries of the server (`mailbox` `""`) or a mailbox.
+    pub async fn metadata(&self, mailbox: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let root = self.loc.root.clone();
+        let mailbox = mailbox.to_string();
+        blocking(move || {
+            Ok(crate::metadata::load(&root)
+                .into_iter()
+                .filter(|((m, _), _)| *m == mailbox)
+                .map(|((_, e), v)| (e, v))
+                .collect())
+        })
+        .await
+    }
+
+    /// SETMETADATA: sets (`Some`) or removes (`None`) entries, all or
+    /// nothing, durably. The outer error is the store's, the inner the
+    /// client's.
+    pub async fn set_metadata(
+        &self,
+        mailbox: &str,
+        changes: Vec<(String, Option<Vec<u8>>)>,
+    ) -> Result<Result<(), crate::metadata::MetadataError>, StoreError> {
+        let _g = self.idx_lock().await?;
+        let root = self.loc.root.clone();
+        let mailbox = mailbox.to_string();
+        blocking(move || {
+            let mut entries = crate::metadata::load(&root);
+            if let Err(e) = crate::metadata::apply(&mut entries, &mailbox, &changes) {
+                return Ok(Err(e));
+            }
+            crate::metadata::save(&root, &entries)?;
+            Ok(Ok(()))
         })
         .await
     }
