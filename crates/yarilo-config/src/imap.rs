@@ -48,7 +48,15 @@ pub struct Imap {
     /// Open connections per IMAP listener; more are closed at accept.
     /// Default 20000.
     pub max_connections: usize,
+    /// Dovecot's `imap_client_workarounds` that still matter:
+    /// `delay-newmail`, `tb-extra-mailbox-sep`, `tb-lsub-flags`. Default
+    /// none.
+    pub client_workarounds: Vec<String>,
 }
+
+/// The workaround names `imap.client_workarounds` accepts.
+pub const CLIENT_WORKAROUNDS: [&str; 3] =
+    ["delay-newmail", "tb-extra-mailbox-sep", "tb-lsub-flags"];
 
 impl Default for Imap {
     fn default() -> Self {
@@ -66,6 +74,7 @@ impl Default for Imap {
             auth_failure_delay_seconds: 2,
             capability: String::new(),
             max_connections: 20_000,
+            client_workarounds: Vec::new(),
         }
     }
 }
@@ -98,6 +107,19 @@ impl Imap {
             return Err(ConfigError::invalid(
                 "imap.autologout_seconds",
                 "autologout_seconds must be at least 60, login_timeout_seconds at least 1",
+            ));
+        }
+        if let Some(w) = self
+            .client_workarounds
+            .iter()
+            .find(|w| !CLIENT_WORKAROUNDS.contains(&w.as_str()))
+        {
+            return Err(ConfigError::invalid(
+                "imap.client_workarounds",
+                format!(
+                    "unknown workaround {w:?}; known: {}",
+                    CLIENT_WORKAROUNDS.join(", ")
+                ),
             ));
         }
         if self.idle_check_interval_seconds == 0 {

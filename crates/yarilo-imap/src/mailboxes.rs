@@ -38,8 +38,13 @@ fn untagged_ok(code: Code, text: &str) -> Response {
 impl Session {
     /// Client name → store name, or the NO to send.
     pub(crate) fn store_name(&self, tag: &str, m: &Mailbox) -> Result<String, Response> {
+        let mut name = m.as_str();
+        if self.server.settings.tb_extra_mailbox_sep {
+            // Some Thunderbird versions append the separator to names.
+            name = name.strip_suffix(self.names.imap).unwrap_or(name);
+        }
         self.names
-            .to_store(m.as_str())
+            .to_store(name)
             .map_err(|e| Response::no(tag, Some(Code::Cannot), e.0))
     }
 
@@ -531,10 +536,17 @@ impl Session {
                 continue;
             }
             let attrs = if node.subscribed {
-                if node.exists {
-                    Vec::new()
-                } else {
+                if !node.exists {
                     vec!["\\Noselect".to_string()]
+                } else if self.server.settings.tb_lsub_flags {
+                    // Thunderbird reads child flags from LSUB too.
+                    vec![if node.has_children {
+                        "\\HasChildren".to_string()
+                    } else {
+                        "\\HasNoChildren".to_string()
+                    }]
+                } else {
+                    Vec::new()
                 }
             } else if node.subscribed_child && full.ends_with('%') {
                 vec!["\\Noselect".to_string()]

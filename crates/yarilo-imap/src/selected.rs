@@ -48,6 +48,8 @@ pub(crate) struct SyncMode {
     pub condstore: bool,
     /// IMAP4rev2 enabled: no RECENT.
     pub rev2: bool,
+    /// New messages may be announced (not held back by `delay-newmail`).
+    pub new_mail: bool,
 }
 
 impl Selected {
@@ -217,6 +219,9 @@ impl Selected {
             }
         }
         // New messages.
+        if !mode.new_mail {
+            return;
+        }
         let before = self.uids.len();
         let mut tail: Vec<u32> = new
             .records()

@@ -35,6 +35,12 @@ pub struct ImapSettings {
     pub auth_failure_delay: Duration,
     /// Replaces the post-login capability list when not empty.
     pub capability_override: Vec<String>,
+    /// `delay-newmail`: new-mail EXISTS only at NOOP and CHECK.
+    pub delay_newmail: bool,
+    /// `tb-extra-mailbox-sep`: drop a trailing separator from names.
+    pub tb_extra_mailbox_sep: bool,
+    /// `tb-lsub-flags`: LSUB answers carry `\HasChildren`/`\HasNoChildren`.
+    pub tb_lsub_flags: bool,
 }
 
 impl Default for ImapSettings {
@@ -67,6 +73,12 @@ impl ImapSettings {
                 .split_whitespace()
                 .map(str::to_string)
                 .collect(),
+            delay_newmail: c.client_workarounds.iter().any(|w| w == "delay-newmail"),
+            tb_extra_mailbox_sep: c
+                .client_workarounds
+                .iter()
+                .any(|w| w == "tb-extra-mailbox-sep"),
+            tb_lsub_flags: c.client_workarounds.iter().any(|w| w == "tb-lsub-flags"),
         }
     }
 }

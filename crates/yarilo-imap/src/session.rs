@@ -60,6 +60,8 @@ pub(crate) struct Session {
     /// Set by a login proxy's hand-off: the tag of the client's
     /// LOGIN/AUTHENTICATE, answered instead of a PREAUTH greeting.
     pub login_tag: Option<String>,
+    /// `delay-newmail` holds EXISTS back during the current command.
+    pub hold_new_mail: bool,
 }
 
 /// The "reply" of a command that already sent its tagged response
@@ -125,6 +127,7 @@ impl Session {
             shutdown: None,
             stopping: false,
             login_tag: None,
+            hold_new_mail: false,
             server,
         }
     }
@@ -332,6 +335,7 @@ impl Session {
             qresync: self.enabled.qresync,
             condstore: self.enabled.condstore,
             rev2: self.enabled.rev2,
+            new_mail: !self.hold_new_mail,
         }
     }
 
@@ -383,12 +387,17 @@ impl Session {
             Command::Search(s) => !s.uid,
             _ => false,
         };
+        // Workaround for clients that only look for new mail at NOOP.
+        self.hold_new_mail = self.server.settings.delay_newmail
+            && !matches!(cmd, Command::Noop | Command::Check | Command::Idle);
         let reply = if let Some(r) = self.state_check(&tag, &cmd) {
             r
         } else {
             self.dispatch(&tag, cmd).await?
         };
-        self.complete(name, reply, started, msn_bound).await
+        let r = self.complete(name, reply, started, msn_bound).await;
+        self.hold_new_mail = false;
+        r
     }
 
     /// Ends a command that finished outside [`Session::command`] (a

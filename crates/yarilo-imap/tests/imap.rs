@@ -403,3 +403,31 @@ async fn metadata_server_and_mailbox() {
     let r = a.cmd("m9 SETMETADATA \"\" (/bogus/x \"y\")").await;
     assert!(r[0].starts_with("m9 BAD"), "{r:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_workarounds() {
+    let s = common::start_with(|c| {
+        c.imap.client_workarounds = vec![
+            "delay-newmail".into(),
+            "tb-extra-mailbox-sep".into(),
+            "tb-lsub-flags".into(),
+        ]
+    })
+    .await;
+    let mut a = Raw::login(s.addr, USER).await;
+    let mut b = Raw::login(s.addr, USER).await;
+    a.cmd("a1 SELECT INBOX").await;
+    b.send("b1 APPEND INBOX {20+}\r\nSubject: w1\r\n\r\nhello").await;
+    assert!(b.line().await.starts_with("b1 OK"));
+    // delay-newmail: not after STATUS/LIST, only at NOOP.
+    let r = a.cmd("a2 LIST \"\" INBOX").await;
+    assert!(!r.iter().any(|l| l.contains("EXISTS")), "{r:?}");
+    let r = a.cmd("a3 NOOP").await;
+    assert!(r.contains(&"* 1 EXISTS".to_string()), "{r:?}");
+    // tb-extra-mailbox-sep: "Sent/" is "Sent".
+    let r = a.cmd("a4 STATUS Sent/ (MESSAGES)").await;
+    assert_eq!(r[0], "* STATUS Sent/ (MESSAGES 0)");
+    // tb-lsub-flags: child flags in LSUB.
+    let r = a.cmd("a5 LSUB \"\" Sent").await;
+    assert_eq!(r[0], "* LSUB (\\HasNoChildren) \"/\" Sent");
+}
