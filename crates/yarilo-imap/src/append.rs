@@ -20,6 +20,11 @@ pub(crate) struct AppendInProgress {
     done: Vec<(Vec<u8>, AppendOptions)>,
     current: Option<(Vec<u8>, AppendOptions)>,
     total: u64,
+    /// The current message is a CATENATE (parts until `CatEnd`).
+    catenate: bool,
+    /// A CATENATE part failed: the rest of the command is read and then
+    /// answered with this.
+    failed: Option<Response>,
 }
 
 /// Bound on the sum of one MULTIAPPEND, whatever the per-message limit.
@@ -99,14 +104,8 @@ impl Session {
                     return Ok(());
                 }
                 let ann = match kind {
-                    AppendKind::Literal(a) | AppendKind::Utf8(a) => a,
-                    AppendKind::Catenate => {
-                        self.append_abort(
-                            Response::bad(Some(tag), None, "CATENATE is not supported."),
-                            "APPEND",
-                        );
-                        return Ok(());
-                    }
+                    AppendKind::Literal(a) | AppendKind::Utf8(a) => Some(a),
+                    AppendKind::Catenate => None,
                 };
                 if self.append.is_none() {
                     match self.append_target(&tag, &mailbox).await {
@@ -117,6 +116,8 @@ impl Session {
                                 done: Vec::new(),
                                 current: None,
                                 total: 0,
+                                catenate: false,
+                                failed: None,
                             })
                         }
                         Err(r) => {
@@ -125,6 +126,20 @@ impl Session {
                         }
                     }
                 }
+                let opts = match options(&flags, date.as_ref()) {
+                    Ok(o) => o,
+                    Err(e) => {
+                        self.append_abort(Response::bad(Some(tag), None, e), "APPEND");
+                        return Ok(());
+                    }
+                };
+                let Some(ann) = ann else {
+                    if let Some(a) = self.append.as_mut() {
+                        a.current = Some((Vec::new(), opts));
+                        a.catenate = true;
+                    }
+                    return Ok(());
+                };
                 let limit = self.server.settings.append_limit;
                 let total = self.append.as_ref().map(|a| a.total).unwrap_or(0);
                 if ann.size > limit || total.saturating_add(ann.size) > MAX_MULTIAPPEND_BYTES {
@@ -134,15 +149,9 @@ impl Session {
                     );
                     return Ok(());
                 }
-                let opts = match options(&flags, date.as_ref()) {
-                    Ok(o) => o,
-                    Err(e) => {
-                        self.append_abort(Response::bad(Some(tag), None, e), "APPEND");
-                        return Ok(());
-                    }
-                };
                 if let Some(a) = self.append.as_mut() {
                     a.total += ann.size;
+                    a.catenate = false;
                     a.current = Some((Vec::with_capacity(ann.size as usize), opts));
                 }
                 if ann.sync {
@@ -151,14 +160,19 @@ impl Session {
                 }
             }
             AppendEvent::Chunk(bytes) => {
-                if let Some((data, _)) = self.append.as_mut().and_then(|a| a.current.as_mut()) {
-                    data.extend_from_slice(&bytes);
+                if let Some(a) = self.append.as_mut().filter(|a| a.failed.is_none()) {
+                    if let Some((data, _)) = a.current.as_mut() {
+                        data.extend_from_slice(&bytes);
+                    }
                 }
             }
             AppendEvent::LiteralEnd => {
                 if let Some(a) = self.append.as_mut() {
-                    if let Some(m) = a.current.take() {
-                        a.done.push(m);
+                    // Inside CATENATE a literal ends a TEXT part only.
+                    if !a.catenate {
+                        if let Some(m) = a.current.take() {
+                            a.done.push(m);
+                        }
                     }
                 }
             }
@@ -167,19 +181,102 @@ impl Session {
                     return Ok(());
                 };
                 let started = std::time::Instant::now();
-                let r = self.append_commit(&a.tag, &a.mailbox, a.done).await;
+                let r = match a.failed {
+                    Some(r) => r,
+                    None => self.append_commit(&a.tag, &a.mailbox, a.done).await,
+                };
                 self.finish_command("APPEND", r, started).await?;
             }
-            AppendEvent::CatUrl(_) | AppendEvent::CatText(_) | AppendEvent::CatEnd => {
-                if self.append.is_some() {
-                    self.append_abort(
-                        Response::bad(Some(tag), None, "CATENATE is not supported."),
-                        "APPEND",
-                    );
+            AppendEvent::CatUrl(url) => {
+                if self.append.as_ref().is_none_or(|a| a.failed.is_some()) {
+                    return Ok(());
+                }
+                let part = self.catenate_url(&tag, &url).await;
+                let limit = self.server.settings.append_limit;
+                if let Some(a) = self.append.as_mut() {
+                    match part {
+                        Ok(bytes) => {
+                            let cur = a.current.as_ref().map(|c| c.0.len()).unwrap_or(0);
+                            if (cur + bytes.len()) as u64 > limit {
+                                a.failed =
+                                    Some(Response::no(tag, Some(Code::TooBig), "Message too large."));
+                            } else if let Some((data, _)) = a.current.as_mut() {
+                                a.total += bytes.len() as u64;
+                                data.extend_from_slice(&bytes);
+                            }
+                        }
+                        Err(r) => a.failed = Some(r),
+                    }
+                }
+            }
+            AppendEvent::CatText(ann) => {
+                let limit = self.server.settings.append_limit;
+                let Some(a) = self.append.as_mut() else {
+                    return Ok(());
+                };
+                let cur = a.current.as_ref().map(|c| c.0.len() as u64).unwrap_or(0);
+                if a.failed.is_some() || cur.saturating_add(ann.size) > limit {
+                    let r = a.failed.take().unwrap_or_else(|| {
+                        Response::no(tag.clone(), Some(Code::TooBig), "Message too large.")
+                    });
+                    if ann.sync {
+                        // The client waits for "+": refuse the literal and
+                        // answer the APPEND now.
+                        self.append_abort(r, "APPEND");
+                    } else {
+                        // The data is already on its way: read and drop it,
+                        // answer at the end of the command.
+                        a.failed = Some(r);
+                    }
+                    return Ok(());
+                }
+                a.total += ann.size;
+                if ann.sync {
+                    self.conn.raw(b"+ OK\r\n");
+                    self.conn.flush().await?;
+                }
+            }
+            AppendEvent::CatEnd => {
+                if let Some(a) = self.append.as_mut() {
+                    a.catenate = false;
+                    if let Some(m) = a.current.take() {
+                        a.done.push(m);
+                    }
                 }
             }
         }
         Ok(())
+    }
+
+    /// The bytes a CATENATE URL names, or the `NO [BADURL]` to answer.
+    async fn catenate_url(&self, tag: &str, url: &str) -> Result<Vec<u8>, Response> {
+        let bad = || Response::no(tag, Some(Code::BadUrl(url.to_string())), "Bad URL.");
+        let u = crate::imap_url::parse(url).ok_or_else(bad)?;
+        let store = self.user_store().ok_or_else(bad)?;
+        let mailbox = match &u.mailbox {
+            Some(name) => {
+                let n = self
+                    .store_name(tag, &yarilo_imap_proto::Mailbox::new(name.clone()))
+                    .map_err(|_| bad())?;
+                store.open(&n).await.map_err(|_| bad())?
+            }
+            None => self.selected.as_ref().ok_or_else(bad)?.mailbox.clone(),
+        };
+        let view = mailbox.refresh().await.map_err(|_| bad())?;
+        if u.uidvalidity.is_some_and(|v| v != view.uidvalidity()) {
+            return Err(bad());
+        }
+        let raw = mailbox.read_message(u.uid).await.map_err(|_| bad())?;
+        let raw = crate::fetch::crlf(raw);
+        let data = yarilo_mime::section(&raw, &u.section).ok_or_else(bad)?;
+        Ok(match u.partial {
+            None => data,
+            Some(p) => {
+                let start = (p.origin as usize).min(data.len());
+                let end = start.saturating_add(p.count as usize).min(data.len());
+                data.get(start..end).map(<[u8]>::to_vec).unwrap_or_default()
+            }
+        })
     }
 
     async fn append_commit(

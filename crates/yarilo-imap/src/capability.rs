@@ -28,12 +28,22 @@ pub const AUTHENTICATED: &[&str] = &[
     "WITHIN",
     "UTF8=ACCEPT",
     "SAVEDATE",
+    "SORT",
+    "SORT=DISPLAY",
+    "ESORT",
+    "THREAD=ORDEREDSUBJECT",
+    "THREAD=REFERENCES",
+    "THREAD=REFS",
+    "CONTEXT=SEARCH",
+    "CONTEXT=SORT",
+    "PARTIAL",
     "COMPRESS=DEFLATE",
     "QUOTA",
     "QUOTA=RES-STORAGE",
     "QUOTA=RES-MESSAGE",
     "METADATA",
     "METADATA-SERVER",
+    "CATENATE",
 ];
 
 /// Before login. `starttls`: offered on this connection; `login_ok`: a

@@ -21,6 +21,7 @@ mod dates;
 mod fetch;
 mod flags;
 mod idle;
+mod imap_url;
 mod mailboxes;
 mod messages;
 mod metadata;

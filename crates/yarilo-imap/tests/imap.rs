@@ -431,3 +431,38 @@ async fn client_workarounds() {
     let r = a.cmd("a5 LSUB \"\" Sent").await;
     assert_eq!(r[0], "* LSUB (\\HasNoChildren) \"/\" Sent");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catenate_with_a_url_into_another_mailbox() {
+    let s = common::start().await;
+    let mut a = Raw::login(s.addr, USER).await;
+    let m = "Subject: source\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\nContent-Type: text/plain\r\n\r\nfirst part\r\n--b\r\nContent-Type: text/plain\r\n\r\nsecond part\r\n--b--\r\n";
+    a.send(&format!("c1 APPEND Drafts {{{}+}}\r\n{m}", m.len())).await;
+    let l = a.line().await;
+    assert!(l.starts_with("c1 OK [APPENDUID "), "{l}");
+    let uidvalidity = l
+        .trim_start_matches("c1 OK [APPENDUID ")
+        .split(' ')
+        .next()
+        .unwrap()
+        .to_string();
+    let head = "Subject: forwarded\r\n\r\n";
+    let r = a
+        .cmd(&format!(
+            "c2 APPEND INBOX CATENATE (TEXT {{{}+}}\r\n{head} URL \"/Drafts;UIDVALIDITY={uidvalidity}/;UID=1/;SECTION=2\" TEXT {{2+}}\r\n\r\n)",
+            head.len()
+        ))
+        .await;
+    assert!(r.last().unwrap().starts_with("c2 OK [APPENDUID "), "{r:?}");
+    a.cmd("c3 SELECT INBOX").await;
+    let r = a.cmd("c4 FETCH 1 BODY.PEEK[]").await;
+    assert_eq!(r[1], "Subject: forwarded", "{r:?}");
+    assert_eq!(r[3], "second part");
+    // A URL that names nothing: the whole APPEND fails with BADURL.
+    let r = a
+        .cmd("c5 APPEND INBOX CATENATE (URL \"/Drafts/;UID=99\" TEXT {3+}\r\nx\r\n)")
+        .await;
+    assert_eq!(r.last().unwrap(), "c5 NO [BADURL /Drafts/;UID=99] Bad URL.");
+    let r = a.cmd("c6 STATUS INBOX (MESSAGES)").await;
+    assert_eq!(r[0], "* STATUS INBOX (MESSAGES 1)");
+}
