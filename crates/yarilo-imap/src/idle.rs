@@ -59,14 +59,23 @@ impl Session {
                 Stop,
             }
             let wake = {
-                let events = self.selected.as_mut().map(|s| &mut s.events);
+                let events = self
+                    .selected
+                    .as_mut()
+                    .map(|s| (s.mailbox.resource().to_string(), &mut s.events));
+                // The bus carries every mailbox's events: wake only for
+                // ours (or when events were lost), not for every delivery
+                // in the process.
                 let event = async {
                     match events {
-                        Some(rx) => match rx.recv().await {
-                            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => true,
-                            Err(broadcast::error::RecvError::Closed) => {
-                                std::future::pending::<()>().await;
-                                false
+                        Some((mine, rx)) => loop {
+                            match rx.recv().await {
+                                Ok(e) if e.resource == mine => break true,
+                                Ok(_) => continue,
+                                Err(broadcast::error::RecvError::Lagged(_)) => break true,
+                                Err(broadcast::error::RecvError::Closed) => {
+                                    std::future::pending::<()>().await;
+                                }
                             }
                         },
                         None => std::future::pending().await,
