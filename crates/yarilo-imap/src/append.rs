@@ -198,8 +198,11 @@ impl Session {
                         Ok(bytes) => {
                             let cur = a.current.as_ref().map(|c| c.0.len()).unwrap_or(0);
                             if (cur + bytes.len()) as u64 > limit {
-                                a.failed =
-                                    Some(Response::no(tag, Some(Code::TooBig), "Message too large."));
+                                a.failed = Some(Response::no(
+                                    tag,
+                                    Some(Code::TooBig),
+                                    "Message too large.",
+                                ));
                             } else if let Some((data, _)) = a.current.as_mut() {
                                 a.total += bytes.len() as u64;
                                 data.extend_from_slice(&bytes);

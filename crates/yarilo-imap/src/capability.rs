@@ -44,6 +44,7 @@ pub const AUTHENTICATED: &[&str] = &[
     "METADATA",
     "METADATA-SERVER",
     "CATENATE",
+    "NOTIFY",
 ];
 
 /// Before login. `starttls`: offered on this connection; `login_ok`: a

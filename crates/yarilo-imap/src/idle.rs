@@ -63,6 +63,7 @@ impl Session {
                     .selected
                     .as_mut()
                     .map(|s| (s.mailbox.resource().to_string(), &mut s.events));
+                let selected_resource = events.as_ref().map(|(r, _)| r.clone());
                 // The bus carries every mailbox's events: wake only for
                 // ours (or when events were lost), not for every delivery
                 // in the process.
@@ -81,9 +82,29 @@ impl Session {
                         None => std::future::pending().await,
                     }
                 };
+                // NOTIFY: other mailboxes of this user.
+                let notified = async {
+                    match self.notify.as_mut() {
+                        Some(n) => loop {
+                            match n.receiver().recv().await {
+                                Ok(e) => {
+                                    if n.note(&e, selected_resource.as_deref()) {
+                                        break;
+                                    }
+                                }
+                                Err(broadcast::error::RecvError::Lagged(_)) => break,
+                                Err(broadcast::error::RecvError::Closed) => {
+                                    std::future::pending::<()>().await;
+                                }
+                            }
+                        },
+                        None => std::future::pending().await,
+                    }
+                };
                 tokio::select! {
                     r = self.conn.fill_small() => Wake::Read(r),
                     _ = event => Wake::Event,
+                    _ = notified => Wake::Event,
                     _ = &mut deadline => Wake::Timeout,
                     _ = stopped(&mut self.shutdown) => Wake::Stop,
                 }
@@ -95,6 +116,7 @@ impl Session {
                 }
                 Wake::Event => {
                     self.sync_selected(true, &[]).await;
+                    self.deliver_notifications().await;
                     self.conn.flush().await?;
                     self.conn.shrink();
                 }

@@ -140,7 +140,13 @@ mod tests {
         assert_eq!(u.section.text, Some(SectionText::Mime));
         let u = parse(";UID=3/;PARTIAL=0.10").unwrap();
         assert_eq!(u.mailbox, None);
-        assert_eq!(u.partial, Some(Partial { origin: 0, count: 10 }));
+        assert_eq!(
+            u.partial,
+            Some(Partial {
+                origin: 0,
+                count: 10
+            })
+        );
         let u = parse("/a%20b/;UID=1/;SECTION=TEXT").unwrap();
         assert_eq!(u.mailbox.as_deref(), Some("a b"));
         assert!(parse("/INBOX/;UID=0").is_none());

@@ -14,9 +14,12 @@
 
 mod append;
 mod auth;
+mod base_subject;
 pub mod capability;
+mod collation;
 mod compress;
 mod conn;
+mod context;
 mod dates;
 mod fetch;
 mod flags;
@@ -27,12 +30,15 @@ mod messages;
 mod metadata;
 mod metrics;
 mod names;
+mod notify;
 mod quota;
 mod recent;
 mod search;
 mod selected;
 mod server;
 mod session;
+mod sort;
 mod status;
+mod thread;
 
 pub use server::{ImapServer, ImapSettings};

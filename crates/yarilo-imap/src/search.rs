@@ -8,22 +8,25 @@ use std::sync::Arc;
 use yarilo_imap_proto::command::{SearchCommand, SearchKey, SearchKind, SearchReturn};
 use yarilo_imap_proto::response::{Code, Data, ESearch, ESearchItem, Response};
 use yarilo_imap_proto::{Date, SequenceSet};
-use yarilo_store::{Flags, MailboxView, MessageRecord};
+use yarilo_store::{Flags, MailboxView, MessageRecord, StoreError};
 
+use crate::context::UpdateContext;
 use crate::dates::day_of;
 use crate::fetch::crlf;
-use crate::selected::store_no;
+use crate::selected::{store_no, Selected};
 use crate::session::Session;
+use crate::sort::{compare, keys_of, needs_header, ordered_set, partial_window, SortValue};
+use crate::thread::{dismantle, thread_msg, Algorithm, Threader};
 
 /// How much of each message the keys look at.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Need {
+pub(crate) enum Need {
     Meta,
     Header,
     Full,
 }
 
-fn need(k: &SearchKey) -> Need {
+pub(crate) fn need(k: &SearchKey) -> Need {
     use SearchKey::*;
     match k {
         Body(_) | Text(_) => Need::Full,
@@ -166,19 +169,123 @@ fn header_part(raw: &[u8]) -> &[u8] {
     raw
 }
 
+/// One matching message.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Hit {
+    pub msn: u32,
+    pub uid: u32,
+    pub modseq: u64,
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// Evaluates `key` over `candidates` ((MSN, UID) in mailbox order),
+/// reading contents in bounded batches (one blocking trip each), and calls
+/// `on_hit` for every match with its record and header section. The
+/// header is read when the key needs it or `header_too` (SORT, THREAD);
+/// otherwise it is empty.
+pub(crate) async fn scan(
+    sel: &Selected,
+    key: &SearchKey,
+    header_too: bool,
+    candidates: &[(u32, u32)],
+    mut on_hit: impl FnMut(Hit, &MessageRecord, &[u8]),
+) -> Result<(), StoreError> {
+    let view: Arc<MailboxView> = sel.view.clone();
+    let mut needed = need(key);
+    if header_too {
+        needed = needed.max(Need::Header);
+    }
+    let ctx = Ctx {
+        view: &view,
+        exists: sel.exists(),
+        highest_uid: sel.highest_uid(),
+        saved: &sel.saved,
+        now: now(),
+    };
+    let batch = match needed {
+        Need::Full => 16,
+        _ => 512,
+    };
+    for chunk in candidates.chunks(batch) {
+        let uids: Vec<u32> = chunk.iter().map(|(_, u)| *u).collect();
+        let contents: Vec<Option<Vec<u8>>> = match needed {
+            Need::Meta => uids.iter().map(|_| Some(Vec::new())).collect(),
+            Need::Header => sel
+                .mailbox
+                .read_headers(&uids)
+                .await?
+                .into_iter()
+                .map(|(_, d)| d.map(crlf))
+                .collect(),
+            Need::Full => sel
+                .mailbox
+                .read_messages(&uids)
+                .await?
+                .into_iter()
+                .map(|(_, d)| d.map(crlf))
+                .collect(),
+        };
+        for (&(msn, uid), content) in chunk.iter().zip(contents) {
+            let (Some(rec), Some(content)) = (view.by_uid(uid), content) else {
+                continue;
+            };
+            let (header, full) = match needed {
+                Need::Meta => (&[][..], &[][..]),
+                Need::Header => (&content[..], &[][..]),
+                Need::Full => (header_part(&content), &content[..]),
+            };
+            let m = Msg {
+                msn,
+                rec,
+                header,
+                full,
+                recent: sel.is_recent(uid),
+            };
+            if eval(key, &m, &ctx) {
+                on_hit(
+                    Hit {
+                        msn,
+                        uid,
+                        modseq: rec.modseq,
+                    },
+                    rec,
+                    header,
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The (MSN, UID) pairs of every message the client knows that still
+/// exists.
+pub(crate) fn candidates(sel: &Selected) -> Vec<(u32, u32)> {
+    sel.uids
+        .iter()
+        .enumerate()
+        .filter(|(_, u)| sel.view.by_uid(**u).is_some())
+        .map(|(i, &u)| (i as u32 + 1, u))
+        .collect()
+}
+
+/// Most UPDATE contexts one session may hold (RFC 5267 §4.3.1: at least
+/// one; beyond this the answer is NOUPDATE).
+const MAX_UPDATE_CONTEXTS: usize = 16;
+
 impl Session {
+    /// SEARCH, SORT and THREAD (all `Command::Search`).
     pub(crate) async fn search(
         &mut self,
         tag: &str,
         s: SearchCommand,
     ) -> std::io::Result<Response> {
-        if !matches!(s.kind, SearchKind::Search) {
-            return Ok(Response::bad(
-                Some(tag.to_string()),
-                None,
-                "SORT and THREAD are not supported.",
-            ));
-        }
+        let bad = |text: &str| Response::bad(Some(tag.to_string()), None, text.to_string());
         if let Some(cs) = &s.charset {
             let cs = cs.to_ascii_uppercase();
             if cs != "UTF-8" && cs != "US-ASCII" {
@@ -190,139 +297,167 @@ impl Session {
             }
         }
         let Some(sel) = self.selected.as_ref() else {
-            return Ok(Response::bad(
-                Some(tag.to_string()),
-                None,
-                "No mailbox selected.",
-            ));
+            return Ok(bad("No mailbox selected."));
         };
+        let (criteria, algorithm) = match &s.kind {
+            SearchKind::Search => (None, None),
+            SearchKind::Sort(c) => (Some(c.clone()), None),
+            SearchKind::Thread(name) => match Algorithm::parse(name) {
+                Some(a) => (None, Some(a)),
+                None => return Ok(bad("Unknown thread algorithm.")),
+            },
+        };
+        if let Some(ret) = &s.ret {
+            // RFC 5267 §4.4: at most one PARTIAL or ALL.
+            let windows = ret
+                .iter()
+                .filter(|r| matches!(r, SearchReturn::All | SearchReturn::Partial(..)))
+                .count();
+            if windows > 1 {
+                return Ok(bad("Only one PARTIAL or ALL return option allowed."));
+            }
+            // RFC 5267 §4.3: a tag naming a live context cannot be reused.
+            if ret.contains(&SearchReturn::Update) && sel.contexts.has(tag) {
+                return Ok(bad("Tag reuse."));
+            }
+        }
         let key = SearchKey::And(s.keys.clone());
         let modseq_used = uses_modseq(&key);
         if modseq_used {
             self.enabled.condstore = true;
         }
-        let view: Arc<MailboxView> = sel.view.clone();
-        let mailbox = sel.mailbox.clone();
-        let needed = need(&key);
-        let ctx = Ctx {
-            view: &view,
-            exists: sel.exists(),
-            highest_uid: sel.highest_uid(),
-            saved: &sel.saved,
-            now: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs() as i64)
-                .unwrap_or(0),
-        };
-        let mut hits: Vec<(u32, u32, u64)> = Vec::new();
-        let candidates: Vec<(u32, u32)> = sel
-            .uids
-            .iter()
-            .enumerate()
-            .filter(|(_, u)| view.by_uid(**u).is_some())
-            .map(|(i, &u)| (i as u32 + 1, u))
-            .collect();
-        // Contents are read in bounded batches, one blocking trip each.
-        let batch = match needed {
-            Need::Full => 16,
-            _ => 512,
-        };
-        for chunk in candidates.chunks(batch) {
-            let uids: Vec<u32> = chunk.iter().map(|(_, u)| *u).collect();
-            let contents: Vec<Option<Vec<u8>>> = match needed {
-                Need::Meta => uids.iter().map(|_| Some(Vec::new())).collect(),
-                Need::Header => match mailbox.read_headers(&uids).await {
-                    Ok(v) => v.into_iter().map(|(_, d)| d.map(crlf)).collect(),
-                    Err(e) => return Ok(store_no(tag, &e)),
-                },
-                Need::Full => match mailbox.read_messages(&uids).await {
-                    Ok(v) => v.into_iter().map(|(_, d)| d.map(crlf)).collect(),
-                    Err(e) => return Ok(store_no(tag, &e)),
-                },
-            };
-            for (&(msn, uid), content) in chunk.iter().zip(contents) {
-                let (Some(rec), Some(content)) = (view.by_uid(uid), content) else {
-                    continue;
-                };
-                let (header, full) = match needed {
-                    Need::Meta => (&[][..], &[][..]),
-                    Need::Header => (&content[..], &[][..]),
-                    Need::Full => (header_part(&content), &content[..]),
-                };
-                let m = Msg {
-                    msn,
+        let header_too = algorithm.is_some() || criteria.as_deref().is_some_and(needs_header);
+        let cands = candidates(sel);
+        let mut hits: Vec<Hit> = Vec::new();
+        let mut keyed: Vec<(Vec<SortValue>, Hit)> = Vec::new();
+        let mut threader = algorithm.map(Threader::new);
+        let scanned = scan(sel, &key, header_too, &cands, |hit, rec, header| {
+            if let Some(c) = &criteria {
+                keyed.push((keys_of(c, rec, header), hit));
+            } else {
+                hits.push(hit);
+            }
+            if let Some(t) = threader.as_mut() {
+                t.add(thread_msg(
+                    if s.uid { hit.uid } else { hit.msn },
                     rec,
                     header,
-                    full,
-                    recent: sel.is_recent(uid),
-                };
-                if eval(&key, &m, &ctx) {
-                    hits.push((m.msn, uid, rec.modseq));
-                }
+                ));
             }
+        })
+        .await;
+        if let Err(e) = scanned {
+            return Ok(store_no(tag, &e));
         }
+        if let Some(t) = threader {
+            // RFC 5256 §4: the THREAD response, even when empty.
+            let resp = Response::Data(Data::Thread(t.finish()));
+            self.conn.send(&resp);
+            if let Response::Data(Data::Thread(t)) = resp {
+                dismantle(t);
+            }
+            return Ok(Response::ok(tag, None, "Thread completed."));
+        }
+        if let Some(c) = &criteria {
+            keyed.sort_by(|a, b| compare(c, &a.0, a.1.uid, &b.0, b.1.uid));
+            hits = keyed.iter().map(|k| k.1).collect();
+        }
+        let sorting = criteria.is_some();
+        let done = if sorting {
+            "Sort completed."
+        } else {
+            "Search completed."
+        };
         let nums: Vec<u32> = hits
             .iter()
-            .map(|&(msn, uid, _)| if s.uid { uid } else { msn })
+            .map(|h| if s.uid { h.uid } else { h.msn })
             .collect();
         let max_modseq = if modseq_used {
-            hits.iter().map(|h| h.2).max()
+            hits.iter().map(|h| h.modseq).max()
         } else {
             None
         };
-        let Some(ret) = s.ret else {
-            self.conn.send(&Response::Data(Data::Search {
-                nums,
-                modseq: max_modseq,
+        let Some(ret) = s.ret.clone() else {
+            self.conn.send(&Response::Data(if sorting {
+                Data::Sort {
+                    nums,
+                    modseq: max_modseq,
+                }
+            } else {
+                Data::Search {
+                    nums,
+                    modseq: max_modseq,
+                }
             }));
-            return Ok(Response::ok(tag, None, "Search completed."));
+            return Ok(Response::ok(tag, None, done));
         };
-        let ret = if ret.is_empty() {
-            vec![SearchReturn::All]
-        } else {
-            ret
+        // RETURN () is ALL (RFC 4731 §3.1); so is a RETURN holding only
+        // UPDATE / CONTEXT, which produce no data of their own.
+        let produces = |r: &SearchReturn| {
+            !matches!(
+                r,
+                SearchReturn::Save | SearchReturn::Update | SearchReturn::Context
+            )
         };
+        let save_only = !ret.is_empty() && ret.iter().all(|r| *r == SearchReturn::Save);
+        let mut items_wanted = ret.clone();
+        if !save_only && !ret.iter().any(produces) {
+            items_wanted.push(SearchReturn::All);
+        }
         if ret.contains(&SearchReturn::Save) {
-            let mut uids: Vec<u32> = hits.iter().map(|h| h.1).collect();
+            let mut uids: Vec<u32> = hits.iter().map(|h| h.uid).collect();
             uids.sort_unstable();
             if let Some(sel) = self.selected.as_mut() {
                 sel.saved = uids;
             }
         }
+        let set_of = |v: &[u32]| {
+            if sorting {
+                ordered_set(v)
+            } else {
+                SequenceSet::from_numbers(v.iter().copied())
+            }
+        };
         let mut items = Vec::new();
-        for r in &ret {
-            match r {
+        for r in &items_wanted {
+            match *r {
+                // RFC 5267 §3.1: for SORT, MIN/MAX are the first and last
+                // in sort order.
                 SearchReturn::Min => {
-                    if let Some(&n) = nums.iter().min() {
-                        items.push(ESearchItem::Min(n));
-                    }
+                    let n = if sorting {
+                        nums.first().copied()
+                    } else {
+                        nums.iter().min().copied()
+                    };
+                    items.extend(n.map(ESearchItem::Min));
                 }
                 SearchReturn::Max => {
-                    if let Some(&n) = nums.iter().max() {
-                        items.push(ESearchItem::Max(n));
-                    }
+                    let n = if sorting {
+                        nums.last().copied()
+                    } else {
+                        nums.iter().max().copied()
+                    };
+                    items.extend(n.map(ESearchItem::Max));
                 }
                 SearchReturn::All => {
                     if !nums.is_empty() {
-                        items.push(ESearchItem::All(SequenceSet::from_numbers(nums.clone())));
+                        items.push(ESearchItem::All(set_of(&nums)));
                     }
                 }
                 SearchReturn::Count => items.push(ESearchItem::Count(nums.len() as u32)),
-                SearchReturn::Save => {}
-                _ => {
-                    return Ok(Response::bad(
-                        Some(tag.to_string()),
-                        None,
-                        "Unsupported RETURN option.",
-                    ))
+                SearchReturn::Partial(a, b) => {
+                    let set = partial_window((a, b), nums.len())
+                        .and_then(|(first, last)| nums.get(first..=last))
+                        .map(set_of);
+                    items.push(ESearchItem::Partial { range: (a, b), set });
                 }
+                SearchReturn::Save | SearchReturn::Update | SearchReturn::Context => {}
             }
         }
         if let Some(m) = max_modseq {
             items.push(ESearchItem::ModSeq(m));
         }
         // RFC 5182 §2.4: RETURN (SAVE) alone produces no ESEARCH.
-        let save_only = ret.iter().all(|r| *r == SearchReturn::Save);
         if !save_only {
             self.conn.send(&Response::Data(Data::ESearch(ESearch {
                 tag: Some(tag.to_string()),
@@ -330,6 +465,40 @@ impl Session {
                 items,
             })));
         }
-        Ok(Response::ok(tag, None, "Search completed."))
+        if ret.contains(&SearchReturn::Update) {
+            let Some(sel) = self.selected.as_mut() else {
+                return Ok(Response::ok(tag, None, done));
+            };
+            if sel.contexts.len() >= MAX_UPDATE_CONTEXTS {
+                // RFC 5267 §4.3.1: untagged NO [NOUPDATE], results stand.
+                self.conn.send(&Response::Status {
+                    tag: None,
+                    kind: yarilo_imap_proto::response::StatusKind::No,
+                    code: Some(Code::NoUpdate(tag.to_string())),
+                    text: "Too many update contexts.".into(),
+                });
+                return Ok(Response::ok(tag, None, done));
+            }
+            let result: Vec<(Vec<SortValue>, u32)> = if sorting {
+                keyed.into_iter().map(|(k, h)| (k, h.uid)).collect()
+            } else {
+                hits.iter().map(|h| (Vec::new(), h.uid)).collect()
+            };
+            let frozen = crate::context::freeze(&key, sel);
+            sel.contexts.add(UpdateContext::new(
+                tag.to_string(),
+                s.uid,
+                frozen,
+                criteria,
+                result,
+            ));
+            let text = if sorting {
+                "Sort completed, will notify."
+            } else {
+                "Search completed, will notify."
+            };
+            return Ok(Response::ok(tag, None, text));
+        }
+        Ok(Response::ok(tag, None, done))
     }
 }

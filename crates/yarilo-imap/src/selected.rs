@@ -35,6 +35,8 @@ pub(crate) struct Selected {
     pub recent: Vec<u32>,
     /// Keywords announced in FLAGS.
     pub keywords: Vec<String>,
+    /// CONTEXT UPDATE searches (RFC 5267), see [`crate::context`].
+    pub contexts: crate::context::Contexts,
 }
 
 /// What [`Selected::sync`] may tell the client.
@@ -67,6 +69,7 @@ impl Selected {
             saved: Vec::new(),
             recent: Vec::new(),
             keywords,
+            contexts: Default::default(),
         }
     }
 
@@ -147,6 +150,13 @@ impl Selected {
                 .map(|(i, _)| i)
                 .collect();
             if !gone.is_empty() {
+                // RFC 5267 §4.3.4: REMOVEFROM before the EXPUNGE.
+                let doomed: Vec<u32> = gone
+                    .iter()
+                    .filter_map(|&i| self.uids.get(i))
+                    .copied()
+                    .collect();
+                self.contexts.expunging(&doomed, &self.uids, out);
                 if mode.qresync {
                     let uids: Vec<u32> = gone
                         .iter()
@@ -233,6 +243,9 @@ impl Selected {
             tail.reverse();
             self.uids.extend_from_slice(&tail);
         }
+        // RFC 5267 §4.3: new and changed messages are re-evaluated by
+        // `Session::context_updates` after these responses.
+        self.contexts.touched(&new, old.highest_modseq(), &tail);
         if self.uids.len() != before {
             out.push(Response::Data(Data::Exists(self.exists())));
             if !self.read_only {

@@ -60,6 +60,8 @@ pub(crate) struct Session {
     /// Set by a login proxy's hand-off: the tag of the client's
     /// LOGIN/AUTHENTICATE, answered instead of a PREAUTH greeting.
     pub login_tag: Option<String>,
+    /// NOTIFY SET in force.
+    pub notify: Option<crate::notify::NotifyState>,
     /// `delay-newmail` holds EXISTS back during the current command.
     pub hold_new_mail: bool,
 }
@@ -127,6 +129,7 @@ impl Session {
             shutdown: None,
             stopping: false,
             login_tag: None,
+            notify: None,
             hold_new_mail: false,
             server,
         }
@@ -372,6 +375,7 @@ impl Session {
         for r in &out {
             self.conn.send(r);
         }
+        self.context_updates().await;
     }
 
     /// Runs one command: state check, handler, untagged updates, tagged
@@ -421,6 +425,9 @@ impl Session {
     ) -> std::io::Result<()> {
         if self.selected.is_some() && !self.closing {
             self.sync_selected(!msn_bound, &[]).await;
+        }
+        if self.notify.is_some() && !self.closing {
+            self.deliver_notifications().await;
         }
         let already = is_answered(&reply);
         let result = match &reply {
@@ -487,6 +494,7 @@ impl Session {
                 | Expunge
                 | UidExpunge(_)
                 | Search(_)
+                | CancelUpdate(_)
                 | Fetch { .. }
                 | Store(_)
                 | Copy { .. }
@@ -564,6 +572,7 @@ impl Session {
             Command::Expunge => self.expunge(tag, None).await,
             Command::UidExpunge(set) => self.expunge(tag, Some(set)).await,
             Command::Search(s) => self.search(tag, s).await?,
+            Command::CancelUpdate(tags) => self.cancel_update(tag, &tags),
             Command::Fetch {
                 uid,
                 set,
@@ -581,6 +590,7 @@ impl Session {
                 "Quota limits are set in the userdb.",
             ),
             Command::Compress(mech) => return self.compress(tag, &mech).await,
+            Command::Notify(set) => self.notify(tag, set).await,
             Command::GetMetadata {
                 max_size,
                 depth,

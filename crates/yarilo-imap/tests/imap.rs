@@ -417,7 +417,8 @@ async fn client_workarounds() {
     let mut a = Raw::login(s.addr, USER).await;
     let mut b = Raw::login(s.addr, USER).await;
     a.cmd("a1 SELECT INBOX").await;
-    b.send("b1 APPEND INBOX {20+}\r\nSubject: w1\r\n\r\nhello").await;
+    b.send("b1 APPEND INBOX {20+}\r\nSubject: w1\r\n\r\nhello")
+        .await;
     assert!(b.line().await.starts_with("b1 OK"));
     // delay-newmail: not after STATUS/LIST, only at NOOP.
     let r = a.cmd("a2 LIST \"\" INBOX").await;
@@ -437,7 +438,8 @@ async fn catenate_with_a_url_into_another_mailbox() {
     let s = common::start().await;
     let mut a = Raw::login(s.addr, USER).await;
     let m = "Subject: source\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\nContent-Type: text/plain\r\n\r\nfirst part\r\n--b\r\nContent-Type: text/plain\r\n\r\nsecond part\r\n--b--\r\n";
-    a.send(&format!("c1 APPEND Drafts {{{}+}}\r\n{m}", m.len())).await;
+    a.send(&format!("c1 APPEND Drafts {{{}+}}\r\n{m}", m.len()))
+        .await;
     let l = a.line().await;
     assert!(l.starts_with("c1 OK [APPENDUID "), "{l}");
     let uidvalidity = l
@@ -465,4 +467,69 @@ async fn catenate_with_a_url_into_another_mailbox() {
     assert_eq!(r.last().unwrap(), "c5 NO [BADURL /Drafts/;UID=99] Bad URL.");
     let r = a.cmd("c6 STATUS INBOX (MESSAGES)").await;
     assert_eq!(r[0], "* STATUS INBOX (MESSAGES 1)");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notify_reports_deliveries_to_other_mailboxes() {
+    let s = common::start().await;
+    let mut a = Raw::login(s.addr, USER).await;
+    a.cmd("n0 CREATE Work").await;
+    a.cmd("n1 SELECT INBOX").await;
+    let r = a
+        .cmd("n2 NOTIFY SET (selected (MessageNew MessageExpunge)) (personal (MessageNew MessageExpunge MailboxName))")
+        .await;
+    assert_eq!(
+        r,
+        vec!["n2 NO [BADEVENT (MessageNew MessageExpunge FlagChange)] Unsupported event."]
+    );
+    let r = a
+        .cmd("n3 NOTIFY SET (selected (MessageNew MessageExpunge)) (personal (MessageNew MessageExpunge FlagChange))")
+        .await;
+    assert_eq!(r, vec!["n3 OK NOTIFY completed."]);
+
+    // A delivery made by another component of the deployment (here the
+    // store used directly, as an LMTP process would) reaches the session
+    // through the event bus.
+    let info = yarilo_store::UserInfo {
+        user: USER.into(),
+        home: String::new(),
+    };
+    let work = s
+        .store
+        .user(&info)
+        .await
+        .unwrap()
+        .open("Work")
+        .await
+        .unwrap();
+    work.deliver(vec![(
+        b"Subject: n\r\n\r\nhi\r\n".to_vec(),
+        Default::default(),
+    )])
+    .await
+    .unwrap();
+    let r = a.cmd("n4 NOOP").await;
+    assert!(
+        r.iter()
+            .any(|l| l.starts_with("* STATUS Work (MESSAGES 1 UIDNEXT 2 UIDVALIDITY ")),
+        "{r:?}"
+    );
+
+    // While idling, within the second.
+    a.send("n5 IDLE").await;
+    assert!(a.line().await.starts_with('+'));
+    let started = std::time::Instant::now();
+    work.deliver(vec![(
+        b"Subject: n2\r\n\r\nhi\r\n".to_vec(),
+        Default::default(),
+    )])
+    .await
+    .unwrap();
+    let l = a.line().await;
+    assert!(l.starts_with("* STATUS Work (MESSAGES 2 UIDNEXT 3"), "{l}");
+    println!("NOTIFY during IDLE after {:?}", started.elapsed());
+    a.send("DONE").await;
+    assert_eq!(a.line().await, "n5 OK Idle completed.");
+    let r = a.cmd("n6 NOTIFY NONE").await;
+    assert_eq!(r, vec!["n6 OK NOTIFY completed."]);
 }

@@ -76,6 +76,8 @@ pub struct Admitted {
     pub session: String,
     /// IMAP: the tag of the client's login command.
     pub tag: Option<String>,
+    /// SMTP submission: the client's EHLO domain.
+    pub helo: Option<String>,
 }
 
 /// Why a connection was refused; it is closed.
@@ -185,6 +187,7 @@ impl PreambleGate {
             client_ip: p.addr,
             session: p.session,
             tag: hop.tag,
+            helo: hop.helo,
         })
     }
 

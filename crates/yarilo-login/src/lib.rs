@@ -23,9 +23,11 @@
 //! peer (internal mTLS role `login`, or `general.xclient.trusted_nets` when
 //! mTLS is off), reads one bounded preamble with a timeout and VERIFYs it.
 //!
-//! Adding a protocol (POP3, submission, managesieve) means a module beside
-//! [`imap`] with its grammar's credential capture and its first-line check;
-//! routing, the hop, the gate and the pipe are shared.
+//! Protocols: [`imap`], [`pop3`], [`submission`] (credential capture and
+//! the first-line check of each), and [`lmtp`] (no credentials: a
+//! per-recipient userdb lookup, routing and fan-out with XCLIENT).
+//! Adding one (managesieve) means a module beside them; routing, the hop
+//! ([`hop`], the shared hand-off), the gate and the pipe are shared.
 //!
 //! Invariants: nothing a client sends can panic a session or grow a buffer
 //! past a configured bound; every wait on a peer has a timeout; the
@@ -35,14 +37,19 @@
 //! is the backend's).
 
 pub mod gate;
+mod handoff;
 pub mod hop;
 pub mod imap;
+pub mod lines;
 pub mod listen;
+pub mod lmtp;
 mod metrics;
 pub mod pipe;
+pub mod pop3;
 pub mod preamble;
 pub mod route;
 mod settings;
+pub mod submission;
 
 pub use metrics::LoginMetrics;
 pub use settings::LoginSettings;

@@ -5,8 +5,10 @@
 //! `yarilo-wire`: `\x01` escapes TAB, LF, CR and itself inside a field).
 //! `TAG=` is this crate's addition for IMAP: the tag of the client's
 //! LOGIN/AUTHENTICATE, which the backend answers with
-//! `<tag> OK [CAPABILITY …] Logged in` instead of a greeting. Backends that
-//! do not know `TAG` ignore it (unknown keys are skipped by the parser).
+//! `<tag> OK [CAPABILITY …] Logged in` instead of a greeting. `HELO=` is
+//! the one for SMTP submission: the client's EHLO domain, so the backend
+//! starts after EHLO and AUTH and answers `235 2.7.0` first. Backends that
+//! do not know a field ignore it (unknown keys are skipped by the parser).
 //!
 //! Framing rule of the hop: after the preamble the login sends nothing
 //! until the backend's first line has arrived, so a backend may read the
@@ -26,6 +28,8 @@ pub struct HopPreamble {
     pub preamble: Preamble,
     /// IMAP: the tag the backend's first line answers.
     pub tag: Option<String>,
+    /// SMTP submission: the client's EHLO domain.
+    pub helo: Option<String>,
 }
 
 impl HopPreamble {
@@ -36,6 +40,12 @@ impl HopPreamble {
             line.pop();
             line.push_str("\tTAG=");
             line.push_str(&yarilo_wire::escape(tag));
+            line.push('\n');
+        }
+        if let Some(helo) = &self.helo {
+            line.pop();
+            line.push_str("\tHELO=");
+            line.push_str(&yarilo_wire::escape(helo));
             line.push('\n');
         }
         line
@@ -52,12 +62,22 @@ impl HopPreamble {
         // line without TAG so a long IMAP tag cannot push it over.
         let fields = split_line(line)?;
         let mut tag = None;
+        let mut helo = None;
         let mut rest = Vec::with_capacity(fields.len());
         for f in fields {
-            match f.strip_prefix("TAG=") {
-                Some(t) => tag = Some(t.to_string()),
-                None => rest.push(f),
+            if let Some(t) = f.strip_prefix("TAG=") {
+                tag = Some(t.to_string());
+            } else if let Some(h) = f.strip_prefix("HELO=") {
+                helo = Some(h.to_string());
+            } else {
+                rest.push(f);
             }
+        }
+        if helo.as_deref().is_some_and(|h| !valid_helo(h)) {
+            return Err(WireError::Malformed {
+                what: "preamble",
+                detail: "HELO is not an EHLO domain".into(),
+            });
         }
         if tag.as_deref().is_some_and(|t| !valid_tag(t)) {
             return Err(WireError::Malformed {
@@ -66,8 +86,19 @@ impl HopPreamble {
             });
         }
         let preamble = Preamble::parse(&yarilo_wire::join_line(&rest))?;
-        Ok(HopPreamble { preamble, tag })
+        Ok(HopPreamble {
+            preamble,
+            tag,
+            helo,
+        })
     }
+}
+
+/// An EHLO argument the backend may put in a `Received:` header: 1 to
+/// 255 printable ASCII characters without spaces (RFC 5321 §4.1.1.1
+/// domain or address literal; checked loosely, like the session does).
+pub fn valid_helo(h: &str) -> bool {
+    !h.is_empty() && h.len() <= 255 && h.bytes().all(|b| b.is_ascii_graphic())
 }
 
 /// RFC 9051 §9 `tag`: 1*<any ASTRING-CHAR except "+">. The backend writes
@@ -150,6 +181,7 @@ mod tests {
                 token: "ab".repeat(32),
             },
             tag: tag.map(str::to_string),
+            helo: None,
         }
     }
 
@@ -165,6 +197,19 @@ mod tests {
         let plain = sample(None);
         assert_eq!(plain.encode(), plain.preamble.encode());
         assert_eq!(HopPreamble::parse(&plain.encode()).unwrap(), plain);
+    }
+
+    #[test]
+    fn helo_round_trips_and_must_be_one_printable_word() {
+        let mut p = sample(None);
+        p.helo = Some("client.example".into());
+        let line = p.encode();
+        assert!(line.ends_with("\tHELO=client.example\n"), "{line}");
+        assert_eq!(HopPreamble::parse(&line).unwrap(), p);
+        let bad = line.replace("HELO=client.example", "HELO=a b");
+        assert!(HopPreamble::parse(&bad).is_err());
+        let bad = line.replace("HELO=client.example", "HELO=x\x01r\x01n250 OK");
+        assert!(HopPreamble::parse(&bad).is_err());
     }
 
     #[test]

@@ -94,3 +94,32 @@ pub fn text_contains(raw: &[u8], needle: &str) -> bool {
 pub fn sent_date(header: &[u8]) -> Option<i64> {
     date::sent_date(header)
 }
+
+/// The first `field` of a header, unfolded and RFC 2047-decoded (SORT
+/// SUBJECT and the THREAD subject, RFC 5256 §2.1 step 1); None when the
+/// field is absent.
+pub fn header_text(header: &[u8], field: &str) -> Option<String> {
+    header::first(header, field).map(|f| decode::header_value(&f.unfolded()))
+}
+
+/// The first `field` of a header, unfolded, as stored (Message-ID,
+/// References, In-Reply-To for THREAD).
+pub fn header_raw(header: &[u8], field: &str) -> Option<Vec<u8>> {
+    header::first(header, field).map(|f| f.unfolded())
+}
+
+/// The first address of an address field, skipping group markers (RFC
+/// 5256 §3 "first From address"; RFC 5957 §3). The display name is
+/// raw: decode it with [`decode_words`].
+pub fn first_address(header: &[u8], field: &str) -> Option<yarilo_imap_proto::response::Address> {
+    let f = header::first(header, field)?;
+    address::parse_list(&f.unfolded())
+        .into_iter()
+        .find(|a| a.host.is_some())
+}
+
+/// RFC 2047 encoded-words decoded (an address display name, RFC 5957 §3
+/// via RFC 5255 §4.6).
+pub fn decode_words(raw: &[u8]) -> String {
+    decode::header_value(raw)
+}

@@ -552,3 +552,24 @@ proptest! {
         let _ = text_contains(&raw, "hello");
     }
 }
+
+#[test]
+fn sort_helpers_decode_and_pick_the_first_address() {
+    let h = b"Subject: =?UTF-8?Q?caf=C3=A9?= time\r\nFrom: undisclosed:;, =?ISO-8859-1?Q?Bob_M=FCller?= <bob@x.org>, c@d\r\nReferences: <a@b>\r\n  <c@d>\r\n\r\n";
+    assert_eq!(
+        crate::header_text(h, "subject").as_deref(),
+        Some("café time")
+    );
+    assert_eq!(
+        crate::header_raw(h, "References").as_deref(),
+        Some(&b"<a@b>  <c@d>"[..])
+    );
+    let a = crate::first_address(h, "From").unwrap();
+    assert_eq!(a.mailbox.as_deref(), Some(&b"bob"[..]));
+    assert_eq!(
+        crate::decode_words(a.name.as_deref().unwrap()),
+        "Bob Müller"
+    );
+    assert!(crate::first_address(h, "To").is_none());
+    assert!(crate::header_text(h, "Cc").is_none());
+}

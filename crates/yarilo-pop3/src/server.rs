@@ -21,7 +21,7 @@ use prometheus_client::registry::Registry;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_rustls::TlsAcceptor;
 use tracing::Instrument;
-use yarilo_auth::AuthHandle;
+use yarilo_auth::{AuthHandle, ExtraFields};
 use yarilo_listener::{ClientConn, MailStream};
 use yarilo_store::Store;
 
@@ -146,12 +146,47 @@ impl Pop3Server {
         self.serve(&mut conn.stream, peer, local, shutdown).await;
     }
 
+    /// Runs a connection a login proxy handed over after the client's
+    /// USER/PASS or AUTH succeeded there (the caller verified the
+    /// preamble; `conn.peer` is the real client). Instead of a greeting
+    /// the first line answers that login: `+OK Logged in.` once the
+    /// maildrop is open, in the TRANSACTION state, or `-ERR [IN-USE]` /
+    /// `-ERR [SYS/TEMP]` and close when it cannot be opened.
+    pub async fn handle_proxied(
+        self: Arc<Self>,
+        mut conn: ClientConn,
+        user: String,
+        fields: ExtraFields,
+        shutdown: impl Future<Output = ()> + Send,
+    ) {
+        let (peer, local) = (conn.peer, conn.local);
+        self.serve_with(
+            &mut conn.stream,
+            peer,
+            local,
+            Some((user, fields)),
+            shutdown,
+        )
+        .await;
+    }
+
     /// [`Pop3Server::handle`] over any stream (tests use in-memory pipes).
     pub async fn serve<S: Pop3Stream>(
         self: Arc<Self>,
         stream: &mut S,
         peer: SocketAddr,
         local: SocketAddr,
+        shutdown: impl Future<Output = ()> + Send,
+    ) {
+        self.serve_with(stream, peer, local, None, shutdown).await;
+    }
+
+    async fn serve_with<S: Pop3Stream>(
+        self: Arc<Self>,
+        stream: &mut S,
+        peer: SocketAddr,
+        local: SocketAddr,
+        preauth: Option<(String, ExtraFields)>,
         shutdown: impl Future<Output = ()> + Send,
     ) {
         let id = session_id();
@@ -172,7 +207,7 @@ impl Pop3Server {
         };
         let mut session = Session::new(self.clone(), conn);
         async {
-            let reason = match self.run(&mut session, stream, shutdown).await {
+            let reason = match self.run(&mut session, stream, preauth, shutdown).await {
                 Stop::Closed(r) => r,
                 Stop::Io(e) => {
                     tracing::debug!(error = %e, "connection error");
@@ -206,12 +241,21 @@ impl Pop3Server {
         &self,
         session: &mut Session,
         stream: &mut S,
+        preauth: Option<(String, ExtraFields)>,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Stop {
         tokio::pin!(shutdown);
         let mut reader = LineReader::new(self.settings.max_line_length);
         let mut buf = vec![0u8; 16 * 1024];
-        session.greeting();
+        match preauth {
+            None => session.greeting(),
+            Some((user, fields)) => {
+                if session.start_proxied(user, fields).await == Action::Close {
+                    let _ = self.write(stream, &session.take_output()).await;
+                    return Stop::Closed(session.close_reason().unwrap_or("closed"));
+                }
+            }
+        }
         loop {
             // Pipelining: answer a batch once no complete line waits, or
             // sooner when it grows large (a pipelined RETR flood must not

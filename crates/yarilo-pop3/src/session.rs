@@ -15,7 +15,9 @@ use std::sync::Arc;
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
-use yarilo_auth::{AuthFailure, AuthReply, AuthRequest, AuthSuccess, FailureKind, HandleExchange};
+use yarilo_auth::{
+    AuthFailure, AuthReply, AuthRequest, AuthSuccess, ExtraFields, FailureKind, HandleExchange,
+};
 use yarilo_store::{StoreError, UserInfo};
 
 use crate::codec::{write_multiline, Line};
@@ -189,6 +191,19 @@ impl Session {
     pub fn greeting(&mut self) {
         let g = format!("+OK {}", self.server.settings.login_greeting);
         self.reply(&g);
+    }
+
+    /// A login proxy authenticated the client (`yarilo pop3` behind
+    /// `pop3-login`): open the maildrop and answer the pending PASS/AUTH
+    /// with `+OK Logged in.` (TRANSACTION state), or `-ERR` and close.
+    pub async fn start_proxied(&mut self, user: String, fields: ExtraFields) -> Action {
+        let success = AuthSuccess {
+            user,
+            token: String::new(),
+            fields,
+            additional: None,
+        };
+        self.login(success).await.1
     }
 
     /// The process is stopping: answer and close (between commands only).

@@ -271,6 +271,12 @@ impl UserStore {
         &self.user
     }
 
+    /// Change events of the deployment (every mailbox, every user; filter
+    /// on `resource`, which starts with `mbox:<user>:` for this user's).
+    pub fn events(&self) -> broadcast::Receiver<Event> {
+        self.inner.events.subscribe()
+    }
+
     pub fn location(&self) -> &UserLocation {
         &self.loc
     }

@@ -11,8 +11,18 @@
 //!   `services.imaps`, authenticates through `yarilo auth`, routes by
 //!   `login.imap.backend_addr` / `director_addr`.
 //!
+//! * `yarilo pop3` / `pop3-login`, `yarilo submission` /
+//!   `submission-login`: the same pair for POP3 (`services.pop3`,
+//!   `pop3s`) and submission (`services.submission`, `submissions`); the
+//!   submission preamble carries the client's EHLO domain (`HELO=`).
+//! * `yarilo lmtp` / `lmtp-login`: LMTP has no credentials, so no
+//!   preamble: the proxy looks each recipient up, routes it and forwards
+//!   the client address with XCLIENT, which the backend accepts from
+//!   `general.xclient.trusted_nets` only.
+//!
 //! Each runs in its own process with its own configuration file (the two
-//! bind the same `services.imap` key on different hosts or ports).
+//! ends of a pair bind the same `services.<name>` key on different hosts
+//! or ports).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -60,6 +70,353 @@ async fn remote_store(ctx: &Context) -> anyhow::Result<yarilo_store::Store> {
     .context("store")?;
     ctx.metrics.register(|r| store.register_metrics(r));
     Ok(store)
+}
+
+/// Binds a backend's hop listener on `services.<name>`'s address and
+/// port: plain TCP, or internal mTLS when `internal_tls.enabled` (the
+/// service's `ssl_mode`, `haproxy_protocol` and `enabled` do not apply to
+/// the hop).
+async fn bind_hop_listener(
+    ctx: &Context,
+    name: &str,
+    service: &yarilo_config::Service,
+    hop_tls: Option<&InternalTls>,
+    max_connections: usize,
+) -> anyhow::Result<Listener> {
+    let mut service = service.clone();
+    service.enabled = true;
+    service.haproxy_protocol = false;
+    service.ssl_mode = if hop_tls.is_some() {
+        SslMode::Ssl
+    } else {
+        SslMode::No
+    };
+    let listener = Listener::bind(
+        name,
+        &service,
+        hop_tls.map(InternalTls::acceptor),
+        max_connections,
+    )
+    .await
+    .with_context(|| format!("services.{name}"))?;
+    println!("  {name:<11} {}", listener.local_addr());
+    ctx.health.add_ready_check(listener.ready_check());
+    Ok(listener)
+}
+
+/// `yarilo pop3`: the POP3 backend behind `pop3-login`. Every connection
+/// must carry a verified preamble; the session starts in TRANSACTION and
+/// its first line answers the client's PASS/AUTH.
+pub fn pop3(args: ComponentArgs) -> anyhow::Result<ExitCode> {
+    component::run("pop3", args, |ctx: Context| async move {
+        let config = &ctx.config;
+        let gate_settings = GateSettings::from_config(config, "pop3")?;
+        let hop_tls = InternalTls::from_config(&config.internal_tls).context("internal_tls")?;
+        let auth = remote_auth(config)?;
+        let store = remote_store(&ctx).await?;
+        let settings = yarilo_pop3::Pop3Settings::from_config(config).context("pop3")?;
+        let server = ctx
+            .metrics
+            .register(|r| yarilo_pop3::Pop3Server::new(settings, store, auth.clone(), None, r));
+        let gate = Arc::new(
+            ctx.metrics
+                .register(|r| PreambleGate::new(gate_settings, auth, r)),
+        );
+        let listener_metrics = ctx.metrics.register(ListenerMetrics::register);
+        let listener = bind_hop_listener(
+            &ctx,
+            "pop3",
+            &config.services.pop3,
+            hop_tls.as_ref(),
+            config.imap.max_connections,
+        )
+        .await?;
+        let life = ctx.life.clone();
+        listener
+            .serve(ctx.life.clone(), listener_metrics, move |accepted| {
+                let (gate, server, life) = (gate.clone(), server.clone(), life.clone());
+                async move {
+                    let Some((conn, admitted)) = admit(&gate, accepted).await else {
+                        return;
+                    };
+                    server
+                        .handle_proxied(conn, admitted.user, admitted.fields, life.stopped())
+                        .await
+                }
+            })
+            .await;
+        Ok(())
+    })
+}
+
+/// The internal TLS handshake and the gate: the admitted connection (its
+/// `peer` now the real client) or `None` (already logged and counted).
+async fn admit(
+    gate: &PreambleGate,
+    accepted: yarilo_listener::Accepted,
+) -> Option<(yarilo_listener::ClientConn, yarilo_login::gate::Admitted)> {
+    let mut conn = match accepted.establish(HOP_HANDSHAKE).await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::info!(error = %e, "login peer dropped before the preamble");
+            return None;
+        }
+    };
+    let admitted = gate.admit(&mut conn).await.ok()?;
+    Some((conn, admitted))
+}
+
+/// `yarilo pop3-login`: the POP3 login proxy on `services.pop3` (STLS)
+/// and `services.pop3s` (implicit TLS).
+pub fn pop3_login(args: ComponentArgs) -> anyhow::Result<ExitCode> {
+    component::run("pop3-login", args, |ctx: Context| async move {
+        let config = &ctx.config;
+        let hop_tls = InternalTls::from_config(&config.internal_tls).context("internal_tls")?;
+        let settings = yarilo_login::LoginSettings::pop3(config);
+        let router = yarilo_login::route::Router::from_config(
+            &config.login.pop3,
+            "login.pop3",
+            "pop3",
+            hop_tls.clone(),
+            settings.connect_timeout,
+        )?;
+        let auth = remote_auth(config)?;
+        let certs = client_certificates(config)?;
+        let acceptor = certs.acceptor(&config.tls.min_version).context("tls")?;
+        let starttls = match config.services.pop3.ssl_mode {
+            SslMode::No => None,
+            _ => Some(acceptor.clone()),
+        };
+        let handshake_timeout = settings.handshake_timeout;
+        let implementation = config.pop3.implementation.clone();
+        let server = ctx.metrics.register(|r| {
+            yarilo_login::pop3::Pop3LoginServer::new(
+                settings,
+                auth,
+                router,
+                hop_tls,
+                starttls,
+                implementation,
+                r,
+            )
+        });
+        let listen = login_listen(&ctx, acceptor, handshake_timeout);
+        let mut bound = 0;
+        for (name, svc) in [
+            ("pop3", &config.services.pop3),
+            ("pop3s", &config.services.pop3s),
+        ] {
+            let srv = server.clone();
+            if let Some(addr) = listen
+                .serve(name, svc, config.imap.max_connections, move |conn| {
+                    srv.clone().handle(conn)
+                })
+                .await
+                .with_context(|| format!("services.{name}"))?
+            {
+                println!("  {name:<11} {addr}");
+                bound += 1;
+            }
+        }
+        if bound == 0 {
+            anyhow::bail!("services.pop3 and services.pop3s are both disabled: nothing to serve");
+        }
+        ctx.life.stopped().await;
+        Ok(())
+    })
+}
+
+/// `yarilo submission`: the submission backend behind
+/// `submission-login`. Every connection must carry a verified preamble
+/// with `HELO=`; the session starts authenticated and relays to
+/// `submission.relay_host`.
+pub fn submission(args: ComponentArgs) -> anyhow::Result<ExitCode> {
+    component::run("submission", args, |ctx: Context| async move {
+        let config = &ctx.config;
+        let gate_settings = GateSettings::from_config(config, "submission")?;
+        let hop_tls = InternalTls::from_config(&config.internal_tls).context("internal_tls")?;
+        let auth = remote_auth(config)?;
+        let settings = yarilo_smtp::SubmissionSettings::from_config(config);
+        let server = ctx
+            .metrics
+            .register(|r| yarilo_smtp::SubmissionServer::new(settings, auth.clone(), None, r));
+        let gate = Arc::new(
+            ctx.metrics
+                .register(|r| PreambleGate::new(gate_settings, auth, r)),
+        );
+        let listener_metrics = ctx.metrics.register(ListenerMetrics::register);
+        let listener = bind_hop_listener(
+            &ctx,
+            "submission",
+            &config.services.submission,
+            hop_tls.as_ref(),
+            4096,
+        )
+        .await?;
+        let life = ctx.life.clone();
+        listener
+            .serve(ctx.life.clone(), listener_metrics, move |accepted| {
+                let (gate, server, life) = (gate.clone(), server.clone(), life.clone());
+                async move {
+                    let Some((conn, admitted)) = admit(&gate, accepted).await else {
+                        return;
+                    };
+                    let Some(helo) = admitted.helo else {
+                        tracing::warn!(
+                            session = %admitted.session,
+                            "submission preamble without HELO: closed"
+                        );
+                        return;
+                    };
+                    server
+                        .handle_proxied(conn, admitted.user, admitted.fields, helo, life.stopped())
+                        .await
+                }
+            })
+            .await;
+        Ok(())
+    })
+}
+
+/// `yarilo submission-login`: the submission login proxy on
+/// `services.submission` (STARTTLS) and `services.submissions`.
+pub fn submission_login(args: ComponentArgs) -> anyhow::Result<ExitCode> {
+    component::run("submission-login", args, |ctx: Context| async move {
+        let config = &ctx.config;
+        let hop_tls = InternalTls::from_config(&config.internal_tls).context("internal_tls")?;
+        let settings = yarilo_login::LoginSettings::submission(config);
+        let router = yarilo_login::route::Router::from_config(
+            &config.login.submission,
+            "login.submission",
+            "submission",
+            hop_tls.clone(),
+            settings.connect_timeout,
+        )?;
+        let auth = remote_auth(config)?;
+        let certs = client_certificates(config)?;
+        let acceptor = certs.acceptor(&config.tls.min_version).context("tls")?;
+        let starttls = match config.services.submission.ssl_mode {
+            SslMode::No => None,
+            _ => Some(acceptor.clone()),
+        };
+        let handshake_timeout = settings.handshake_timeout;
+        let server = ctx.metrics.register(|r| {
+            yarilo_login::submission::SubmissionLoginServer::new(
+                settings, auth, router, hop_tls, starttls, r,
+            )
+        });
+        let listen = login_listen(&ctx, acceptor, handshake_timeout);
+        let mut bound = 0;
+        for (name, svc) in [
+            ("submission", &config.services.submission),
+            ("submissions", &config.services.submissions),
+        ] {
+            let srv = server.clone();
+            if let Some(addr) = listen
+                .serve(name, svc, 4096, move |conn| srv.clone().handle(conn))
+                .await
+                .with_context(|| format!("services.{name}"))?
+            {
+                println!("  {name:<11} {addr}");
+                bound += 1;
+            }
+        }
+        if bound == 0 {
+            anyhow::bail!(
+                "services.submission and services.submissions are both disabled: nothing to serve"
+            );
+        }
+        ctx.life.stopped().await;
+        Ok(())
+    })
+}
+
+/// `yarilo lmtp`: LMTP delivery into the shared store (remote locks),
+/// behind `lmtp-login` or an MTA. No preamble: LMTP carries no
+/// credentials; the client address arrives by XCLIENT, which only
+/// `general.xclient.trusted_nets` may send.
+pub fn lmtp(args: ComponentArgs) -> anyhow::Result<ExitCode> {
+    component::run("lmtp", args, |ctx: Context| async move {
+        let config = &ctx.config;
+        let hop_tls = InternalTls::from_config(&config.internal_tls).context("internal_tls")?;
+        let auth = remote_auth(config)?;
+        let store = remote_store(&ctx).await?;
+        let settings = yarilo_smtp::LmtpSettings::from_config(config);
+        let server = ctx
+            .metrics
+            .register(|r| yarilo_smtp::LmtpServer::new(settings, store, auth, r));
+        let listener_metrics = ctx.metrics.register(ListenerMetrics::register);
+        let listener =
+            bind_hop_listener(&ctx, "lmtp", &config.services.lmtp, hop_tls.as_ref(), 1024).await?;
+        let life = ctx.life.clone();
+        listener
+            .serve(ctx.life.clone(), listener_metrics, move |accepted| {
+                let (server, life) = (server.clone(), life.clone());
+                async move {
+                    match accepted.establish(HOP_HANDSHAKE).await {
+                        Ok(conn) => server.handle(conn, life.stopped()).await,
+                        Err(e) => tracing::info!(error = %e, "LMTP peer dropped"),
+                    }
+                }
+            })
+            .await;
+        Ok(())
+    })
+}
+
+/// `yarilo lmtp-login`: the LMTP proxy on `services.lmtp`, routing each
+/// recipient by `login.lmtp`.
+pub fn lmtp_login(args: ComponentArgs) -> anyhow::Result<ExitCode> {
+    component::run("lmtp-login", args, |ctx: Context| async move {
+        let config = &ctx.config;
+        let hop_tls = InternalTls::from_config(&config.internal_tls).context("internal_tls")?;
+        let settings = yarilo_login::LoginSettings::lmtp(config);
+        let router = yarilo_login::route::Router::from_config(
+            &config.login.lmtp,
+            "login.lmtp",
+            "lmtp",
+            hop_tls.clone(),
+            settings.connect_timeout,
+        )?;
+        let auth = remote_auth(config)?;
+        let handshake_timeout = settings.handshake_timeout;
+        let delimiter = config.lmtp.recipient_delimiter.clone();
+        let server = ctx.metrics.register(|r| {
+            yarilo_login::lmtp::LmtpLoginServer::new(settings, auth, router, hop_tls, delimiter, r)
+        });
+        let certs = client_certificates(config)?;
+        let acceptor = certs.acceptor(&config.tls.min_version).context("tls")?;
+        let listen = login_listen(&ctx, acceptor, handshake_timeout);
+        let srv = server.clone();
+        let Some(addr) = listen
+            .serve("lmtp", &config.services.lmtp, 1024, move |conn| {
+                srv.clone().handle(conn)
+            })
+            .await
+            .context("services.lmtp")?
+        else {
+            anyhow::bail!("services.lmtp is disabled: nothing to serve");
+        };
+        println!("  lmtp        {addr}");
+        ctx.life.stopped().await;
+        Ok(())
+    })
+}
+
+/// The client-facing listener context of a login process.
+fn login_listen(
+    ctx: &Context,
+    acceptor: tokio_rustls::TlsAcceptor,
+    handshake_timeout: Duration,
+) -> yarilo_login::listen::ListenContext {
+    yarilo_login::listen::ListenContext {
+        general: ctx.config.general.clone(),
+        tls: Some(acceptor),
+        life: ctx.life.clone(),
+        health: ctx.health.clone(),
+        metrics: ctx.metrics.register(ListenerMetrics::register),
+        handshake_timeout,
+    }
 }
 
 /// `yarilo imap`: the IMAP backend behind login proxies.

@@ -12,6 +12,12 @@ const LINKED: &[&str] = &[
     "backend-reg",
     "imap",
     "imap-login",
+    "pop3",
+    "pop3-login",
+    "submission",
+    "submission-login",
+    "lmtp",
+    "lmtp-login",
 ];
 
 /// argv with the component inserted when the program was invoked through a

@@ -47,6 +47,18 @@ enum Command {
     Imap(component::ComponentArgs),
     /// The IMAP login proxy: TLS, LOGIN/AUTHENTICATE, then a pipe to the backend (`login.imap`).
     ImapLogin(component::ComponentArgs),
+    /// The POP3 backend behind login proxies: accepts the YARILO preamble (`services.pop3`).
+    Pop3(component::ComponentArgs),
+    /// The POP3 login proxy: TLS, USER/PASS/AUTH, then a pipe to the backend (`login.pop3`).
+    Pop3Login(component::ComponentArgs),
+    /// The submission backend behind login proxies: preamble, then relays (`services.submission`).
+    Submission(component::ComponentArgs),
+    /// The submission login proxy: TLS, EHLO, AUTH, then a pipe to the backend (`login.submission`).
+    SubmissionLogin(component::ComponentArgs),
+    /// The LMTP backend: delivery into the store, XCLIENT from trusted peers (`services.lmtp`).
+    Lmtp(component::ComponentArgs),
+    /// The LMTP proxy: per-recipient userdb lookup and routing (`login.lmtp`).
+    LmtpLogin(component::ComponentArgs),
     /// Check or show the configuration.
     Config {
         #[command(subcommand)]
@@ -81,6 +93,12 @@ fn main() -> ExitCode {
         Command::BackendReg(args) => services::backend_reg(args),
         Command::Imap(args) => backend::imap(args),
         Command::ImapLogin(args) => backend::imap_login(args),
+        Command::Pop3(args) => backend::pop3(args),
+        Command::Pop3Login(args) => backend::pop3_login(args),
+        Command::Submission(args) => backend::submission(args),
+        Command::SubmissionLogin(args) => backend::submission_login(args),
+        Command::Lmtp(args) => backend::lmtp(args),
+        Command::LmtpLogin(args) => backend::lmtp_login(args),
         Command::Config { command } => config_command(command),
     };
     match result {

@@ -290,32 +290,46 @@ fn delimiter(w: &mut Writer<'_>, d: Option<char>) {
 }
 
 fn thread(w: &mut Writer<'_>, n: &ThreadNode) {
-    // Deep chains are written iteratively; only branches recurse, and the
-    // session bounds THREAD depth by the mailbox size.
-    let mut node = n;
-    let mut first = true;
-    loop {
-        if let Some(id) = node.id {
-            if !first {
-                w.sp();
+    // Iterative: a chain is written in a loop and branches go on an
+    // explicit stack, so no tree shape (a 100k-deep chain with a side
+    // branch at every level) can overflow the call stack.
+    enum Work<'a> {
+        Node(&'a ThreadNode),
+        Raw(&'static [u8]),
+    }
+    let mut stack = vec![Work::Node(n)];
+    while let Some(work) = stack.pop() {
+        let mut node = match work {
+            Work::Raw(b) => {
+                w.raw(b);
+                continue;
             }
-            w.num(id);
-            first = false;
-        }
-        match node.children.as_slice() {
-            [] => break,
-            [only] if node.id.is_some() => node = only,
-            many => {
-                // thread-members SP thread-nested (RFC 5256 §4)
+            Work::Node(node) => node,
+        };
+        let mut first = true;
+        loop {
+            if let Some(id) = node.id {
                 if !first {
                     w.sp();
                 }
-                for c in many {
-                    w.raw(b"(");
-                    thread(w, c);
-                    w.raw(b")");
+                w.num(id);
+                first = false;
+            }
+            match node.children.as_slice() {
+                [] => break,
+                [only] if node.id.is_some() => node = only,
+                many => {
+                    // thread-members SP thread-nested (RFC 5256 §4)
+                    if !first {
+                        w.sp();
+                    }
+                    for c in many.iter().rev() {
+                        stack.push(Work::Raw(b")"));
+                        stack.push(Work::Node(c));
+                        stack.push(Work::Raw(b"("));
+                    }
+                    break;
                 }
-                break;
             }
         }
     }
@@ -733,5 +747,55 @@ impl Data {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod thread_writer_tests {
+    use super::*;
+
+    #[test]
+    fn deeply_branching_thread_is_written_without_recursion() {
+        // Each level: a leaf reply and the continuing chain. Built and
+        // written on a 256 KiB stack, which a recursive writer overflows.
+        let out = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(|| {
+                let depth = 20_000u32;
+                let mut node = ThreadNode {
+                    id: Some(depth * 2),
+                    children: Vec::new(),
+                };
+                for i in (1..depth).rev() {
+                    let leaf = ThreadNode {
+                        id: Some(i * 2 + 1),
+                        children: Vec::new(),
+                    };
+                    node = ThreadNode {
+                        id: Some(i * 2),
+                        children: vec![leaf, node],
+                    };
+                }
+                let r = super::super::Response::Data(Data::Thread(vec![node]));
+                let bytes = r.to_bytes(super::super::EncodeOptions::default());
+                // Take the tree apart iteratively too.
+                if let super::super::Response::Data(Data::Thread(t)) = r {
+                    let mut stack = t;
+                    while let Some(mut n) = stack.pop() {
+                        stack.append(&mut n.children);
+                    }
+                }
+                bytes
+            })
+            .map(|h| h.join());
+        let Ok(Ok(bytes)) = out else {
+            panic!("writer thread failed");
+        };
+        assert!(bytes.starts_with(b"* THREAD (2 (3)(4 (5)(6 (7)(8 "));
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(text.contains(" (39997)(39998 (39999)(40000))"));
+        let opens = bytes.iter().filter(|&&b| b == b'(').count();
+        assert_eq!(opens, bytes.iter().filter(|&&b| b == b')').count());
+        assert!(text.ends_with("))\r\n"));
     }
 }

@@ -461,6 +461,7 @@ impl Session {
                 token: ok.token.clone(),
             },
             tag: Some(tag.clone()),
+            helo: None,
         };
         let attempt = async {
             let addr = self.server.router.backend_for(&ok.user, &ok.fields).await?;

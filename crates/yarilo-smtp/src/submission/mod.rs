@@ -147,7 +147,49 @@ impl SubmissionServer {
         id: String,
         shutdown: impl std::future::Future<Output = ()> + Send,
     ) {
-        let result = session::run(&self, stream, peer, local, id, shutdown).await;
+        self.serve_session(stream, peer, local, id, None, shutdown)
+            .await
+    }
+
+    /// Runs a connection a login proxy handed over after the client's
+    /// EHLO and AUTH succeeded there (the caller verified the preamble;
+    /// `conn.peer` is the real client): no greeting, the first line is
+    /// `235 2.7.0 Logged in.` and the session is authenticated as `user`
+    /// with `helo` as its EHLO domain. STARTTLS is not offered (the hop
+    /// is not the client's transport).
+    pub async fn handle_proxied(
+        self: Arc<Self>,
+        conn: ClientConn,
+        user: String,
+        fields: yarilo_auth::ExtraFields,
+        helo: String,
+        shutdown: impl std::future::Future<Output = ()> + Send,
+    ) {
+        let id = crate::received::session_id();
+        let span = tracing::info_span!("submission", session = %id, peer = %conn.peer);
+        let proxied = session::Proxied { user, fields, helo };
+        self.serve_session::<MailStream>(
+            conn.stream,
+            conn.peer,
+            conn.local,
+            id,
+            Some(proxied),
+            shutdown,
+        )
+        .instrument(span)
+        .await
+    }
+
+    async fn serve_session<S: StartTls>(
+        self: Arc<Self>,
+        stream: S,
+        peer: SocketAddr,
+        local: SocketAddr,
+        id: String,
+        proxied: Option<session::Proxied>,
+        shutdown: impl std::future::Future<Output = ()> + Send,
+    ) {
+        let result = session::run(&self, stream, peer, local, id, proxied, shutdown).await;
         let outcome = match &result {
             Ok(()) => "quit",
             Err(e) => e.label(),

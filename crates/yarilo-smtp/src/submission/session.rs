@@ -84,12 +84,22 @@ enum Next {
     Quit,
 }
 
+/// A session a login proxy authenticated (`yarilo submission` behind
+/// `submission-login`): the user, its userdb fields and the client's EHLO
+/// domain.
+pub(super) struct Proxied {
+    pub user: String,
+    pub fields: yarilo_auth::ExtraFields,
+    pub helo: String,
+}
+
 pub(super) async fn run<S: StartTls>(
     server: &SubmissionServer,
     stream: S,
     peer: SocketAddr,
     local: SocketAddr,
     id: String,
+    proxied: Option<Proxied>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), SmtpError> {
     let settings = &server.settings;
@@ -108,10 +118,23 @@ pub(super) async fn run<S: StartTls>(
         bad_commands: 0,
         tls,
     };
-    conn.queue(&Reply::plain(
-        220,
-        format!("{} yarilo ESMTP ready", settings.hostname),
-    ));
+    match proxied {
+        None => conn.queue(&Reply::plain(
+            220,
+            format!("{} yarilo ESMTP ready", settings.hostname),
+        )),
+        // EHLO and AUTH happened at the login proxy: the first line
+        // answers the client's AUTH (RFC 4954 §4).
+        Some(p) => {
+            tracing::info!(user = %p.user, helo = %p.helo, "authenticated by the login proxy");
+            s.login = Some(Login {
+                senders: AllowedSenders::for_user(&p.user, &p.fields, &settings.default_domain),
+                user: p.user,
+            });
+            s.helo = Some(p.helo);
+            conn.queue(&r(235, (2, 7, 0), "Logged in."));
+        }
+    }
     let result = loop {
         let input = match conn.next_input(shutdown.as_mut()).await {
             Ok(i) => i,

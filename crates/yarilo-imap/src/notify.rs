@@ -1,0 +1,233 @@
+//! NOTIFY (RFC 5465): after `NOTIFY SET`, changes to mailboxes other than
+//! the selected one are reported as `* STATUS` responses, at command
+//! boundaries and while idling. The changes come from the store's event
+//! bus, so deliveries and changes made by other processes of the
+//! deployment (through the locks EVENT channel) are seen as well.
+//!
+//! Supported events: MessageNew, MessageExpunge, FlagChange. Others are
+//! answered `NO [BADEVENT]` with this list.
+
+use std::collections::BTreeSet;
+
+use tokio::sync::broadcast;
+use yarilo_imap_proto::command::{NotifyEvent, NotifyFilter, NotifySet, StatusItem};
+use yarilo_imap_proto::response::{Code, Response};
+use yarilo_imap_proto::Mailbox;
+use yarilo_locks::Event;
+
+use crate::session::Session;
+
+const SUPPORTED: [&str; 3] = ["MessageNew", "MessageExpunge", "FlagChange"];
+
+/// What the client asked to hear about, per filter.
+#[derive(Clone, Copy, Default)]
+struct Wants {
+    new: bool,
+    expunge: bool,
+    flags: bool,
+}
+
+pub(crate) struct NotifyState {
+    groups: Vec<(NotifyFilter, Wants)>,
+    /// Store names subscribed at SET time (for the SUBSCRIBED filter).
+    subscribed: Vec<String>,
+    rx: broadcast::Receiver<Event>,
+    /// `mbox:<user>:` — this user's events.
+    prefix: String,
+    /// Store names with something to report, and whether flags changed.
+    pending: BTreeSet<(String, bool)>,
+    /// Events were lost: report every watched mailbox once.
+    lagged: bool,
+}
+
+impl NotifyState {
+    /// The first group whose filter takes `name` (client spelling) decides.
+    fn wants(&self, imap_name: &str, store_name: &str, sep: char) -> Option<Wants> {
+        self.groups.iter().find_map(|(f, w)| {
+            let hit = match f {
+                NotifyFilter::Selected | NotifyFilter::SelectedDelayed => false,
+                NotifyFilter::Inboxes => store_name == "INBOX",
+                NotifyFilter::Personal => true,
+                NotifyFilter::Subscribed => self.subscribed.iter().any(|s| s == store_name),
+                NotifyFilter::Subtree(list) => list.iter().any(|m| {
+                    let root = m.as_str();
+                    imap_name == root
+                        || imap_name
+                            .strip_prefix(root)
+                            .is_some_and(|r| r.starts_with(sep))
+                }),
+                NotifyFilter::Mailboxes(list) => list.iter().any(|m| m.as_str() == imap_name),
+            };
+            hit.then_some(*w)
+        })
+    }
+
+    /// Takes what arrived on the bus into `pending`.
+    pub fn collect(&mut self, selected: Option<&str>) {
+        loop {
+            match self.rx.try_recv() {
+                Ok(e) => {
+                    self.note(&e, selected);
+                }
+                Err(broadcast::error::TryRecvError::Lagged(_)) => self.lagged = true,
+                Err(_) => break,
+            }
+        }
+    }
+
+    /// Whether `e` is news for this session.
+    pub fn note(&mut self, e: &Event, selected: Option<&str>) -> bool {
+        let Some(name) = e.resource.strip_prefix(&self.prefix) else {
+            return false;
+        };
+        if Some(e.resource.as_str()) == selected {
+            return false;
+        }
+        let flags = e.kind == "flags";
+        self.pending.insert((name.to_string(), flags));
+        true
+    }
+
+    pub fn receiver(&mut self) -> &mut broadcast::Receiver<Event> {
+        &mut self.rx
+    }
+}
+
+fn wants_of(events: &[NotifyEvent]) -> Result<Wants, Vec<String>> {
+    let mut w = Wants::default();
+    let mut bad = Vec::new();
+    for e in events {
+        match e {
+            NotifyEvent::MessageNew(_) => w.new = true,
+            NotifyEvent::MessageExpunge => w.expunge = true,
+            NotifyEvent::FlagChange => w.flags = true,
+            _ => bad.push(()),
+        }
+    }
+    if bad.is_empty() {
+        Ok(w)
+    } else {
+        Err(SUPPORTED.iter().map(|s| s.to_string()).collect())
+    }
+}
+
+impl Session {
+    pub(crate) async fn notify(&mut self, tag: &str, set: Option<NotifySet>) -> Response {
+        let Some(set) = set else {
+            self.notify = None;
+            return Response::ok(tag, None, "NOTIFY completed.");
+        };
+        let Some(store) = self.user_store() else {
+            return Response::bad(Some(tag.to_string()), None, "Please log in first.");
+        };
+        let mut groups = Vec::new();
+        for g in &set.groups {
+            let w = match wants_of(&g.events) {
+                Ok(w) => w,
+                Err(list) => {
+                    return Response::no(tag, Some(Code::BadEvent(list)), "Unsupported event.")
+                }
+            };
+            // RFC 5465 §5: MessageNew and MessageExpunge go together, and
+            // FlagChange needs both.
+            if (w.new != w.expunge) || (w.flags && !w.new) {
+                return Response::bad(
+                    Some(tag.to_string()),
+                    None,
+                    "MessageNew and MessageExpunge must be given together (and with FlagChange).",
+                );
+            }
+            groups.push((g.filter.clone(), w));
+        }
+        let subscribed = store.subscriptions().await.unwrap_or_default();
+        let user = self
+            .user
+            .as_ref()
+            .map(|u| u.name.clone())
+            .unwrap_or_default();
+        let mut state = NotifyState {
+            groups,
+            subscribed,
+            rx: store.events(),
+            prefix: format!("mbox:{user}:"),
+            pending: BTreeSet::new(),
+            lagged: false,
+        };
+        if set.status {
+            // STATUS for every watched mailbox now (RFC 5465 §3.1).
+            state.lagged = true;
+        }
+        self.notify = Some(state);
+        if set.status {
+            self.deliver_notifications().await;
+        }
+        Response::ok(tag, None, "NOTIFY completed.")
+    }
+
+    /// Sends `* STATUS` for the mailboxes that changed since last time.
+    pub(crate) async fn deliver_notifications(&mut self) {
+        let selected = self
+            .selected
+            .as_ref()
+            .map(|s| s.mailbox.resource().to_string());
+        let sep = self.names.imap;
+        let Some(state) = self.notify.as_mut() else {
+            return;
+        };
+        state.collect(selected.as_deref());
+        let mut todo: Vec<(String, bool)> =
+            std::mem::take(&mut state.pending).into_iter().collect();
+        if std::mem::take(&mut state.lagged) {
+            if let Some(store) = self.user_store() {
+                if let Ok(list) = store.list().await {
+                    todo.extend(list.into_iter().map(|e| (e.name, true)));
+                }
+            }
+        }
+        // One report per mailbox; flags changed if any event said so.
+        todo.sort();
+        let mut merged: Vec<(String, bool)> = Vec::new();
+        for (name, flags) in todo {
+            match merged.last_mut() {
+                Some(last) if last.0 == name => last.1 |= flags,
+                _ => merged.push((name, flags)),
+            }
+        }
+        let todo = merged;
+        for (store_name, flags) in todo {
+            if selected
+                .as_deref()
+                .is_some_and(|r| r.ends_with(&format!(":{store_name}")))
+            {
+                continue;
+            }
+            let imap_name = self.names.to_imap(&store_name);
+            let Some(w) = self
+                .notify
+                .as_ref()
+                .and_then(|s| s.wants(&imap_name, &store_name, sep))
+            else {
+                continue;
+            };
+            let mut items = Vec::new();
+            if w.new || w.expunge {
+                items.extend([
+                    StatusItem::Messages,
+                    StatusItem::UidNext,
+                    StatusItem::UidValidity,
+                ]);
+            }
+            if w.flags && flags {
+                items.push(StatusItem::Unseen);
+            }
+            if self.enabled.condstore {
+                items.push(StatusItem::HighestModSeq);
+            }
+            if items.is_empty() {
+                continue;
+            }
+            // A mailbox that vanished meanwhile is simply not reported.
+            let _ = self.status_data(&Mailbox::new(imap_name), &items).await;
+        }
+    }
+}

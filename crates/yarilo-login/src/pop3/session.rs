@@ -1,0 +1,463 @@
+//! One `pop3-login` connection: the AUTHORIZATION state and its driver.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use base64::Engine;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tracing::Instrument;
+use yarilo_auth::{AuthFailure, AuthReply, AuthRequest, AuthSuccess, FailureKind};
+use yarilo_listener::{ClientConn, MailStream};
+use yarilo_pop3::command::{self, Command, ParseError};
+use yarilo_wire::Preamble;
+
+use super::Pop3LoginServer;
+use crate::handoff::{self, session_id};
+use crate::lines::{Line, Lines};
+use crate::preamble::HopPreamble;
+
+const PROTO: &str = "pop3";
+const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+const READ_CHUNK: usize = 4096;
+const PLAINTEXT_DISABLED: &str =
+    "-ERR [AUTH] Plaintext authentication disallowed on non-secure (SSL/TLS) connections.";
+const UNAVAILABLE: &str = "-ERR [SYS/TEMP] Account is temporarily unavailable.";
+
+/// What a command left the connection in.
+enum Step {
+    Continue,
+    Close,
+}
+
+pub(super) struct Session {
+    server: Arc<Pop3LoginServer>,
+    stream: MailStream,
+    peer: SocketAddr,
+    local: SocketAddr,
+    id: String,
+    lines: Lines,
+    out: Vec<u8>,
+    /// From USER, for PASS (forgotten at STLS, RFC 2595 §4).
+    user: Option<String>,
+    failures: u32,
+    bad: u32,
+}
+
+impl Session {
+    pub fn new(server: Arc<Pop3LoginServer>, conn: ClientConn) -> Session {
+        Session {
+            lines: Lines::new(server.settings.max_line),
+            stream: conn.stream,
+            peer: conn.peer,
+            local: conn.local,
+            id: session_id(),
+            out: Vec::new(),
+            user: None,
+            failures: 0,
+            bad: 0,
+            server,
+        }
+    }
+
+    pub async fn run(mut self) {
+        let span = tracing::info_span!("pop3-login", session = %self.id, ip = %self.peer.ip());
+        async move {
+            if let Err(e) = self.serve().await {
+                tracing::debug!(error = %e, "connection ended");
+            }
+        }
+        .instrument(span)
+        .await;
+    }
+
+    fn reply(&mut self, line: &str) {
+        self.out.extend_from_slice(line.as_bytes());
+        self.out.extend_from_slice(b"\r\n");
+    }
+
+    async fn flush(&mut self) -> std::io::Result<()> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        let io = async {
+            self.stream.write_all(&self.out).await?;
+            self.stream.flush().await
+        };
+        tokio::time::timeout(self.server.settings.login_timeout, io)
+            .await
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+        self.out.clear();
+        Ok(())
+    }
+
+    /// The next line; `None` at EOF or after the idle timeout (answered).
+    async fn next_line(&mut self) -> std::io::Result<Option<Line>> {
+        loop {
+            if let Some(l) = self.lines.next_line() {
+                return Ok(Some(l));
+            }
+            self.flush().await?;
+            let mut chunk = [0u8; READ_CHUNK];
+            match tokio::time::timeout(
+                self.server.settings.login_timeout,
+                self.stream.read(&mut chunk),
+            )
+            .await
+            {
+                Err(_) => {
+                    self.reply("-ERR Disconnected for inactivity.");
+                    self.flush().await?;
+                    return Ok(None);
+                }
+                Ok(Ok(0)) => return Ok(None),
+                Ok(Ok(n)) => self.lines.feed(chunk.get(..n).unwrap_or_default()),
+                Ok(Err(e)) => return Err(e),
+            }
+        }
+    }
+
+    async fn serve(&mut self) -> std::io::Result<()> {
+        let greeting = format!("+OK {}", self.server.settings.greeting);
+        self.reply(&greeting);
+        while let Some(line) = self.next_line().await? {
+            let step = match line {
+                Line::TooLong => {
+                    self.reply("-ERR Line too long.");
+                    self.bad_command()
+                }
+                Line::Complete(bytes) => self.command(&bytes).await?,
+            };
+            if let Step::Close = step {
+                return self.flush().await;
+            }
+        }
+        Ok(())
+    }
+
+    fn bad_command(&mut self) -> Step {
+        self.bad += 1;
+        if self.bad >= self.server.settings.max_bad_commands {
+            self.reply("-ERR Too many bad commands.");
+            return Step::Close;
+        }
+        Step::Continue
+    }
+
+    fn secured(&self) -> bool {
+        self.stream.is_tls()
+    }
+
+    async fn mechanisms(&self) -> Vec<String> {
+        self.server
+            .auth
+            .mechanisms(self.secured(), self.peer.ip())
+            .await
+    }
+
+    async fn command(&mut self, bytes: &[u8]) -> std::io::Result<Step> {
+        let cmd = match command::parse(bytes) {
+            Ok((_, cmd)) => cmd,
+            Err((_, e)) => {
+                let msg = match e {
+                    ParseError::Unknown => "-ERR Unknown command.".to_string(),
+                    ParseError::Syntax(m) => format!("-ERR {m}"),
+                };
+                self.reply(&msg);
+                return Ok(self.bad_command());
+            }
+        };
+        match cmd {
+            Command::Capa => self.capa().await,
+            Command::Quit => {
+                self.reply("+OK Logging out.");
+                return Ok(Step::Close);
+            }
+            Command::Stls => return self.stls().await,
+            Command::User(name) => {
+                if self.plaintext_allowed().await {
+                    self.user = Some(name);
+                    self.reply("+OK");
+                } else {
+                    self.server.metrics.login(PROTO, "plaintext_disabled");
+                    self.reply(PLAINTEXT_DISABLED);
+                }
+            }
+            Command::Pass(password) => {
+                let Some(user) = self.user.take() else {
+                    self.reply("-ERR No username given.");
+                    return Ok(self.bad_command());
+                };
+                let mut ir = Vec::with_capacity(user.len() + password.len() + 2);
+                ir.push(0);
+                ir.extend_from_slice(user.as_bytes());
+                ir.push(0);
+                ir.extend_from_slice(password.as_bytes());
+                let (_, reply) = self
+                    .server
+                    .auth
+                    .begin(self.request(), "PLAIN", Some(&ir))
+                    .await;
+                return self.finish_auth(reply).await;
+            }
+            Command::Auth { mechanism, initial } => return self.auth(mechanism, initial).await,
+            Command::Apop { .. } => {
+                self.reply("-ERR APOP is not enabled.");
+                return Ok(self.bad_command());
+            }
+            _ => {
+                // RFC 1939 §5: TRANSACTION commands need a login.
+                self.reply("-ERR Command not allowed in this state.");
+                return Ok(self.bad_command());
+            }
+        }
+        Ok(Step::Continue)
+    }
+
+    /// USER/PASS is PLAIN underneath: allowed where the auth service
+    /// offers PLAIN on this connection.
+    async fn plaintext_allowed(&self) -> bool {
+        self.mechanisms()
+            .await
+            .iter()
+            .any(|m| m.eq_ignore_ascii_case("PLAIN"))
+    }
+
+    /// RFC 2449 §5: the pre-login list. The backend's own CAPA answers
+    /// after login (the pipe reaches it).
+    async fn capa(&mut self) {
+        let mut lines: Vec<String> = [
+            "+OK",
+            "CAPA",
+            "TOP",
+            "UIDL",
+            "RESP-CODES",
+            "PIPELINING",
+            "AUTH-RESP-CODE",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let mechs = self.mechanisms().await;
+        if mechs.iter().any(|m| m.eq_ignore_ascii_case("PLAIN")) {
+            lines.push("USER".into());
+        }
+        if !mechs.is_empty() {
+            lines.push(format!("SASL {}", mechs.join(" ")));
+        }
+        if self.server.starttls.is_some() && !self.secured() {
+            lines.push("STLS".into());
+        }
+        if !self.server.implementation.is_empty() {
+            lines.push(format!("IMPLEMENTATION {}", self.server.implementation));
+        }
+        lines.push(".".into());
+        for l in lines {
+            self.reply(&l);
+        }
+    }
+
+    // RFC 2595 §4
+    async fn stls(&mut self) -> std::io::Result<Step> {
+        let acceptor = match (&self.server.starttls, self.secured()) {
+            (_, true) => {
+                self.reply("-ERR TLS is already active.");
+                return Ok(Step::Continue);
+            }
+            (None, false) => {
+                self.reply("-ERR STLS is not available.");
+                return Ok(Step::Continue);
+            }
+            (Some(a), false) => a.clone(),
+        };
+        self.reply("+OK Begin TLS negotiation now.");
+        self.flush().await?;
+        // RFC 2595 §3.1: nothing sent before the handshake counts after.
+        self.lines.clear();
+        self.user = None;
+        match tokio::time::timeout(
+            self.server.settings.handshake_timeout,
+            self.stream.upgrade(&acceptor),
+        )
+        .await
+        {
+            Ok(Ok(())) => Ok(Step::Continue),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
+        }
+    }
+
+    fn request(&self) -> AuthRequest {
+        AuthRequest {
+            service: PROTO.into(),
+            client_ip: self.peer.ip(),
+            local_ip: Some(self.local.ip()),
+            session: self.id.clone(),
+            secured: self.secured(),
+        }
+    }
+
+    /// One SASL response line; `None` when the client cancelled (`*`) or
+    /// the line was too long, `Err` at EOF.
+    async fn sasl_line(&mut self) -> std::io::Result<Option<Vec<u8>>> {
+        match self.next_line().await? {
+            None => Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Some(Line::TooLong) => Ok(None),
+            Some(Line::Complete(l)) if l == b"*" => Ok(None),
+            Some(Line::Complete(l)) => Ok(Some(l)),
+        }
+    }
+
+    // RFC 5034 §4
+    async fn auth(
+        &mut self,
+        mechanism: Option<String>,
+        initial: Option<String>,
+    ) -> std::io::Result<Step> {
+        let Some(mechanism) = mechanism else {
+            let mechs = self.mechanisms().await;
+            self.reply("+OK");
+            for m in mechs {
+                self.reply(&m);
+            }
+            self.reply(".");
+            return Ok(Step::Continue);
+        };
+        let initial = match initial.as_deref() {
+            None => None,
+            Some("=") => Some(Vec::new()),
+            Some(b) => match B64.decode(b) {
+                Ok(v) => Some(v),
+                Err(_) => {
+                    self.reply("-ERR Invalid base64 data in initial response.");
+                    return Ok(self.bad_command());
+                }
+            },
+        };
+        let (mut ex, mut reply) = self
+            .server
+            .auth
+            .begin(self.request(), &mechanism, initial.as_deref())
+            .await;
+        loop {
+            let challenge = match reply {
+                AuthReply::Continue(c) => c,
+                other => return self.finish_auth(other).await,
+            };
+            self.reply(&format!("+ {}", B64.encode(challenge)));
+            self.flush().await?;
+            let Some(line) = self.sasl_line().await? else {
+                let _ = ex.step(None).await;
+                self.reply("-ERR Authentication aborted.");
+                return Ok(Step::Continue);
+            };
+            let Ok(decoded) = B64.decode(&line) else {
+                let _ = ex.step(None).await;
+                self.reply("-ERR Invalid base64 data in continued response.");
+                return Ok(self.bad_command());
+            };
+            reply = ex.step(Some(&decoded)).await;
+        }
+    }
+
+    async fn finish_auth(&mut self, reply: AuthReply) -> std::io::Result<Step> {
+        match reply {
+            AuthReply::Success(ok) => {
+                self.server.metrics.login(PROTO, "ok");
+                // RFC 5034 §4: additional data with success goes in a
+                // last challenge the client answers with an empty line.
+                if let Some(data) = &ok.additional {
+                    self.reply(&format!("+ {}", B64.encode(data)));
+                    self.flush().await?;
+                    match self.sasl_line().await? {
+                        Some(l) if l.is_empty() => {}
+                        _ => {
+                            self.reply("-ERR Authentication aborted.");
+                            return Ok(Step::Continue);
+                        }
+                    }
+                }
+                self.hand_off(ok).await
+            }
+            AuthReply::Failure(f) => Ok(self.auth_failed(f)),
+            AuthReply::Continue(_) => Ok(self.auth_failed(AuthFailure {
+                kind: FailureKind::Malformed,
+                message: "Authentication failed.".into(),
+                user: None,
+            })),
+        }
+    }
+
+    /// Same replies as the POP3 service's own (RFC 3206 codes).
+    fn auth_failed(&mut self, f: AuthFailure) -> Step {
+        self.server.metrics.login(PROTO, f.kind.as_str());
+        tracing::info!(reason = f.kind.as_str(), user = ?f.user, "login failed");
+        let (line, counts) = match f.kind {
+            FailureKind::Temporary => (format!("-ERR [SYS/TEMP] {}", f.message), false),
+            FailureKind::PlaintextDisabled => (PLAINTEXT_DISABLED.to_string(), true),
+            FailureKind::Aborted => (format!("-ERR {}", f.message), false),
+            FailureKind::UnsupportedMechanism | FailureKind::Malformed => {
+                (format!("-ERR {}", f.message), true)
+            }
+            FailureKind::BadCredentials | FailureKind::NotAllowedNet | FailureKind::Nologin => {
+                (format!("-ERR [AUTH] {}", f.message), true)
+            }
+        };
+        self.reply(&line);
+        if counts {
+            self.failures += 1;
+            if self.failures >= self.server.settings.max_auth_failures {
+                self.reply("-ERR Too many invalid authentication attempts.");
+                return Step::Close;
+            }
+        }
+        Step::Continue
+    }
+
+    /// Dials the backend; when its first line is `+OK`, relays it and
+    /// pipes until the end. Otherwise the client stays in AUTHORIZATION.
+    async fn hand_off(&mut self, ok: AuthSuccess) -> std::io::Result<Step> {
+        let server = self.server.clone();
+        let hop = HopPreamble {
+            preamble: Preamble {
+                addr: self.peer.ip(),
+                session: self.id.clone(),
+                user: ok.user.clone(),
+                token: ok.token.clone(),
+            },
+            tag: None,
+            helo: None,
+        };
+        let backend = match handoff::open(
+            PROTO,
+            &server.router,
+            server.hop_tls.as_ref(),
+            &server.settings,
+            &server.metrics,
+            &hop,
+            &ok.fields,
+        )
+        .await
+        {
+            Ok(b) => b,
+            Err(_) => {
+                self.reply(UNAVAILABLE);
+                return Ok(Step::Continue);
+            }
+        };
+        if !backend.first.line.starts_with(b"+OK") {
+            handoff::refused(PROTO, &server.metrics, &ok.user, &backend);
+            if backend.first.line.starts_with(b"-ERR ") {
+                // The backend's own answer (mailbox locked, store down).
+                self.out.extend_from_slice(&backend.first.line);
+            } else {
+                self.reply(UNAVAILABLE);
+            }
+            return Ok(Step::Continue);
+        }
+        tracing::info!(user = %ok.user, "logged in");
+        self.flush().await?;
+        let pipelined = self.lines.take_rest();
+        handoff::proxy(PROTO, &server.metrics, &mut self.stream, backend, pipelined).await?;
+        Ok(Step::Close)
+    }
+}
