@@ -76,8 +76,13 @@ pub struct DirectorService {
     pub write_timeout: u64,
     /// Seconds the director keeps running after SIGTERM. Default 30.
     pub session_grace_period: u64,
-    /// Ring seeds (ring formation). Default [].
+    /// Ring seeds (ring formation): `ip:port` literals or `host:port`
+    /// names resolved on every poll. Default [].
     pub peers: Vec<String>,
+    /// `ip:port` the other directors reach this one at (its ring identity).
+    /// Default "": the listen address when it names an IP, else `$POD_IP`
+    /// with the listen port. Port 0 means the listen port.
+    pub ring_address: String,
     /// Distinct login pods that must report a backend unreachable before it
     /// is evicted early. Default 2.
     pub backend_unreachable_reporters: u32,
@@ -169,6 +174,7 @@ impl Default for DirectorService {
             write_timeout: 10,
             session_grace_period: 30,
             peers: Vec::new(),
+            ring_address: String::new(),
             backend_unreachable_reporters: 2,
             backend_unreachable_window: 5,
             join_allowed_nets: Vec::new(),
@@ -234,6 +240,14 @@ impl DirectorService {
             return Err(ConfigError::invalid(
                 key("backend_unreachable_reporters"),
                 "must be at least 1",
+            ));
+        }
+        if !self.ring_address.is_empty()
+            && self.ring_address.parse::<std::net::SocketAddr>().is_err()
+        {
+            return Err(ConfigError::invalid(
+                key("ring_address"),
+                "must be ip:port (an IP literal; port 0 = the listen port)",
             ));
         }
         if self.min_members == 0 {

@@ -143,11 +143,14 @@ async fn guard(State(api): State<Api>, request: Request, next: Next) -> Response
 }
 
 async fn status(State(api): State<Api>) -> Json<Value> {
+    let members = api.shared.ring().map_or(1, |r| r.members().len());
     let d = api.shared.director();
     let s = d.settings();
     Json(json!({
         "director_id": d.id().0,
-        "members": 1,
+        "members": members,
+        "ring": api.shared.ring().is_some(),
+        "lamport": d.lamport(),
         "backends": d.backends().len(),
         "users": d.users().len(),
         "user_table_bytes": d.users().table_bytes(),
@@ -160,8 +163,31 @@ async fn status(State(api): State<Api>) -> Json<Value> {
 
 async fn members(State(api): State<Api>) -> Json<Value> {
     let id = api.shared.director().id().0;
-    // A single replica is a ring of one.
-    Json(json!([{ "id": id, "self": true, "state": "up" }]))
+    let Some(ring) = api.shared.ring() else {
+        // No ring_secret: a ring of one.
+        return Json(json!([{ "id": id, "self": true, "state": "up" }]));
+    };
+    let view = ring.membership();
+    let links = ring.links();
+    let (left, right) = (view.left(), view.right());
+    let list: Vec<Value> = view
+        .member_list()
+        .into_iter()
+        .map(|(addr, inc)| {
+            json!({
+                "addr": addr.to_string(),
+                "id": crate::DirectorId::from_addr(addr).0,
+                "incarnation": inc,
+                "self": addr == ring.me(),
+                "state": "up",
+                "left_neighbour": Some(addr) == left,
+                "right_neighbour": Some(addr) == right,
+                "dialled": links.iter().any(|l| l.0 == addr && l.1),
+                "accepted": links.iter().any(|l| l.0 == addr && !l.1),
+            })
+        })
+        .collect();
+    Json(Value::Array(list))
 }
 
 async fn list_backends(State(api): State<Api>) -> Json<Value> {

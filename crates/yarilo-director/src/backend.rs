@@ -252,6 +252,11 @@ impl BackendSet {
         }
     }
 
+    /// The newest heartbeat seq seen from `ip`.
+    pub fn seq_of(&self, ip: IpAddr) -> Option<u64> {
+        self.seen_seq.get(&ip).map(|(seq, _)| *seq)
+    }
+
     /// Whether `seq` is older than the newest seen from `ip`.
     pub fn is_stale(&self, ip: IpAddr, seq: u64) -> bool {
         self.seen_seq.get(&ip).is_some_and(|(seen, _)| seq < *seen)

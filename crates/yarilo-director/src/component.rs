@@ -12,7 +12,6 @@ use yarilo_tls::internal::InternalTls;
 
 use crate::api::{run_api, ApiAccess};
 use crate::backend_reg::{self, RegError, RegSettings};
-use crate::directory::DirectorId;
 use crate::service::{serve_inner, Shared};
 use crate::DirectorError;
 
@@ -42,8 +41,7 @@ impl DirectorComponent {
         let addr = parse_listen(&d.listen)
             .map_err(|m| DirectorError::Config(format!("director_service.listen: {m}")))?;
         let listener = TcpListener::bind(addr).await?;
-        let me = DirectorId::from_addr(listener.local_addr()?);
-        let shared = Shared::from_config(d, me).await?;
+        let shared = crate::service::prepare(d, listener.local_addr()?, tls.as_ref()).await?;
         let api = if d.api.listen.is_empty() {
             None
         } else {
@@ -58,6 +56,7 @@ impl DirectorComponent {
             listen = %listener.local_addr()?,
             backends = shared.director().backends().len(),
             tls = tls.is_some(),
+            ring = ?shared.ring().map(|r| r.me()),
             "director ready"
         );
         Ok(DirectorComponent {

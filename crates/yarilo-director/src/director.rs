@@ -304,6 +304,11 @@ pub struct Director {
     next_refresh: Tick,
     next_rebalance: Tick,
     scratch: Vec<u8>,
+    /// Record [`RingEvent`]s for the director ring (off for a lone
+    /// director, so nothing accumulates).
+    replicating: bool,
+    /// Changes the ring must forward; drained by [`Director::take_events`].
+    events: Vec<RingEvent>,
 }
 
 impl Director {
@@ -320,6 +325,8 @@ impl Director {
             next_refresh: 0,
             next_rebalance: settings.domain_rebalance_interval_ms,
             scratch: Vec::with_capacity(128),
+            replicating: false,
+            events: Vec::new(),
             settings,
             me,
             clock: 0,
@@ -437,6 +444,7 @@ impl Director {
         }
         let stamp = self.next_stamp();
         self.users.pin(key, chosen, stamp, now_s);
+        self.emit_assign(hash, chosen, stamp);
         self.route(chosen, true, stamp).ok_or_else(no_backend)
     }
 
@@ -538,6 +546,7 @@ impl Director {
             .map(|b| b.ip);
         let stamp = self.next_stamp();
         self.users.pin(key, id, stamp, now_s);
+        self.emit_assign(key.hash(), id, stamp);
         if let Some(old) = from.filter(|f| *f != to) {
             self.hold(now, key, user, old, Some(to), true);
         }
@@ -719,22 +728,36 @@ impl Director {
 
     /// Admin add (never expires). False if the IP is already known.
     pub fn add_admin(&mut self, now: Tick, ip: IpAddr, port: u16, tag: &str, vhosts: u32) -> bool {
-        self.backends
+        let added = self
+            .backends
             .insert(ip, port, tag, vhosts, Source::Admin, now)
-            .is_some()
+            .is_some();
+        if added {
+            self.emit_backend(ip);
+        }
+        added
     }
 
     /// Admin remove (any source; the admin may empty a tag).
     pub fn remove_admin(&mut self, ip: IpAddr) -> Option<Removal> {
         let id = self.backends.by_ip(ip)?;
-        self.remove(id, RemovalReason::Admin)
+        let removal = self.remove(id, RemovalReason::Admin)?;
+        self.emit(RingEvent::Remove { ip });
+        Some(removal)
     }
 
     /// Admin vhosts update. False if unknown.
     pub fn set_vhosts(&mut self, ip: IpAddr, vhosts: u32) -> bool {
         match self.backends.by_ip(ip) {
             Some(id) => {
+                let changed = self
+                    .backends
+                    .get(id)
+                    .is_some_and(|b| b.vhosts != vhosts.min(100));
                 self.backends.set_vhosts(id, vhosts);
+                if changed {
+                    self.emit(RingEvent::Vhosts { ip, vhosts });
+                }
                 true
             }
             None => false,
@@ -834,8 +857,18 @@ impl Director {
         })
     }
 
-    /// BACKEND-UP: registration and heartbeat.
+    /// BACKEND-UP: registration and heartbeat. Every accepted heartbeat
+    /// is forwarded around the ring, so a lease refreshed on one director
+    /// is refreshed on all.
     pub fn backend_up(&mut self, now: Tick, up: &BackendUp) -> UpOutcome {
+        let outcome = self.backend_up_inner(now, up);
+        if !matches!(outcome, UpOutcome::Stale | UpOutcome::Refused) {
+            self.emit(RingEvent::Up(up.clone()));
+        }
+        outcome
+    }
+
+    fn backend_up_inner(&mut self, now: Tick, up: &BackendUp) -> UpOutcome {
         if !self.backends.accept_seq(up.ip, up.seq, now) {
             return UpOutcome::Stale;
         }
@@ -904,7 +937,10 @@ impl Director {
             return BackendOutcome::NotRegistered;
         }
         match self.remove(id, RemovalReason::Down) {
-            Some(r) => BackendOutcome::Removed(r),
+            Some(r) => {
+                self.emit(RingEvent::Down { ip, seq });
+                BackendOutcome::Removed(r)
+            }
             None => BackendOutcome::Unknown,
         }
     }
@@ -920,11 +956,18 @@ impl Director {
         let Some(id) = self.backends.by_ip(ip) else {
             return BackendOutcome::Unknown;
         };
+        let mut changed = fresh;
         if let Some(b) = self.backends.get_mut(id) {
+            changed |= !b.draining;
             b.draining = true;
             if fresh && b.source == Source::Registered {
                 b.last_seen = now;
             }
+        }
+        // Forward only what changed something: the event comes back
+        // round the ring with a seq already seen and stops there.
+        if changed {
+            self.emit(RingEvent::Flush { ip, seq });
         }
         BackendOutcome::Draining
     }
@@ -960,7 +1003,10 @@ impl Director {
             return BackendOutcome::KeptLast;
         }
         match self.remove(id, RemovalReason::Unreachable) {
-            Some(r) => BackendOutcome::Removed(r),
+            Some(r) => {
+                self.emit(RingEvent::Down { ip, seq: None });
+                BackendOutcome::Removed(r)
+            }
             None => BackendOutcome::Unknown,
         }
     }
@@ -1106,6 +1152,9 @@ impl Director {
         moved
     }
 }
+
+mod replica;
+pub use replica::{BackendState, RingEvent, UserRecord};
 
 #[cfg(test)]
 mod tests;

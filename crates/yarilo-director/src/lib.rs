@@ -20,10 +20,13 @@
 //! - [`api`]: the admin HTTP API.
 //! - [`backend_reg`]: the `yarilo backend-reg` sidecar (registration +
 //!   heartbeat gated on readiness, BACKEND-DOWN on shutdown).
+//! - [`cluster`]: the director ring (several directors sharing members,
+//!   backends and sticky assignments).
 
 pub mod api;
 pub mod backend;
 pub mod backend_reg;
+pub mod cluster;
 pub mod component;
 pub mod director;
 pub mod directory;

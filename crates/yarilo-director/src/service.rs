@@ -12,7 +12,7 @@
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
@@ -26,6 +26,7 @@ use tracing::{debug, info, warn};
 use yarilo_config::{AssignmentPolicy, DirectorService};
 use yarilo_wire::{LineCodec, Version};
 
+use crate::cluster::{RingCore, RingSettings};
 use crate::director::{BackendOutcome, Confirmed, Kick, Removal, Settings, UpOutcome};
 use crate::directory::{DirectorId, UserKey};
 use crate::metrics::Metrics;
@@ -99,6 +100,38 @@ pub struct Shared {
     flush_program: Option<FlushProgram>,
     metrics: Metrics,
     policy: &'static str,
+    /// The director ring, when `ring_secret` is set.
+    ring: OnceLock<Arc<RingCore>>,
+}
+
+/// The state machine under its lock. Dropping it hands the changes the
+/// ring must learn (the state machine's event outbox) to the ring, under
+/// the same lock, so they leave in the order they were made.
+pub struct DirectorGuard<'a> {
+    guard: MutexGuard<'a, Director>,
+    ring: Option<&'a Arc<RingCore>>,
+}
+
+impl std::ops::Deref for DirectorGuard<'_> {
+    type Target = Director;
+    fn deref(&self) -> &Director {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for DirectorGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Director {
+        &mut self.guard
+    }
+}
+
+impl Drop for DirectorGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(ring) = self.ring {
+            let events = self.guard.take_events();
+            ring.broadcast_events(&events, None);
+        }
+    }
 }
 
 /// `flush_program` and its time bound.
@@ -131,6 +164,7 @@ impl Shared {
             flush_program: None,
             metrics: Metrics::default(),
             policy,
+            ring: OnceLock::new(),
         })
     }
 
@@ -176,13 +210,35 @@ impl Shared {
         self.start.elapsed().as_millis() as Tick
     }
 
-    /// The state machine (for the admin API and tests).
-    pub fn director(&self) -> MutexGuard<'_, Director> {
+    /// The state machine (for the admin API and tests). Changes made
+    /// through the guard reach the ring when it drops.
+    pub fn director(&self) -> DirectorGuard<'_> {
         // A panic while holding the lock would be a bug; the state is still
         // consistent per-operation, so keep serving.
-        self.director
+        let guard = self
+            .director
             .lock()
-            .unwrap_or_else(|poison| poison.into_inner())
+            .unwrap_or_else(|poison| poison.into_inner());
+        DirectorGuard {
+            guard,
+            ring: self.ring.get(),
+        }
+    }
+
+    /// Turns the director ring on (before serving). False if it already
+    /// was.
+    pub fn enable_ring(&self, settings: RingSettings) -> bool {
+        let ring = RingCore::new(settings);
+        if self.ring.set(ring).is_err() {
+            return false;
+        }
+        self.director().set_replicating(true);
+        true
+    }
+
+    /// The director ring, when it runs.
+    pub fn ring(&self) -> Option<&Arc<RingCore>> {
+        self.ring.get()
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -267,6 +323,11 @@ impl Shared {
     /// Subscribes to kick orders (what a KICK-WATCH connection gets).
     pub fn watch_kicks(&self) -> broadcast::Receiver<Arc<Kick>> {
         self.kicks.subscribe()
+    }
+
+    /// Kicks at once (a ring merge moved the user elsewhere).
+    pub fn kick_now(&self, kicks: Vec<Kick>) {
+        kicks.into_iter().for_each(|k| self.publish(k));
     }
 
     fn publish(&self, kick: Kick) {
@@ -481,9 +542,27 @@ pub async fn run_with_tls(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DirectorError> {
-    let me = DirectorId::from_addr(listener.local_addr()?);
-    let shared = Shared::from_config(config, me).await?;
+    let shared = prepare(config, listener.local_addr()?, tls.as_ref()).await?;
     serve_inner(shared, listener, tls, shutdown).await
+}
+
+/// Builds the shared state for a director bound at `bound`: the state
+/// machine (its id from the ring address, so ids differ between
+/// directors even when all listen on `:9102`), and the ring when
+/// `ring_secret` is set.
+pub async fn prepare(
+    config: &DirectorService,
+    bound: SocketAddr,
+    tls: Option<&yarilo_tls::internal::InternalTls>,
+) -> Result<Arc<Shared>, DirectorError> {
+    let me = crate::cluster::ring_address(config, bound)?;
+    let shared = Shared::from_config(config, DirectorId::from_addr(me)).await?;
+    if let Some(settings) =
+        RingSettings::from_config(config, me, crate::cluster::new_incarnation(), tls)?
+    {
+        shared.enable_ring(settings);
+    }
+    Ok(shared)
 }
 
 /// Builds from `config` and serves on `listener` until `shutdown`
@@ -493,8 +572,7 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DirectorError> {
-    let me = DirectorId::from_addr(listener.local_addr()?);
-    let shared = Shared::from_config(config, me).await?;
+    let shared = prepare(config, listener.local_addr()?, None).await?;
     serve(shared, listener, shutdown).await
 }
 
@@ -547,6 +625,19 @@ pub(crate) async fn serve_inner(
     let acceptor = tls.map(|t| t.acceptor());
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = JoinSet::new();
+    // The ring's main task dies with this future (a test's "kill -9").
+    struct AbortOnDrop(tokio::task::JoinHandle<()>);
+    impl Drop for AbortOnDrop {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let (ring_stop, ring_stop_rx) = watch::channel(false);
+    let ring = shared.ring().cloned().map(|ring| {
+        let leave = ring.settings().leave_timeout;
+        let task = AbortOnDrop(tokio::spawn(ring.run(shared.clone(), ring_stop_rx)));
+        (task, leave)
+    });
     let mut ticker = tokio::time::interval(Duration::from_secs(1));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(shutdown);
@@ -583,6 +674,12 @@ pub(crate) async fn serve_inner(
             },
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
         }
+    }
+    // Graceful leave first (DIRECTOR-REMOVE for ourselves, QUIT on every
+    // ring connection, JOIN-FAIL to newcomers), then the connections close.
+    let _ = ring_stop.send(true);
+    if let Some((mut task, leave)) = ring {
+        let _ = tokio::time::timeout(leave + Duration::from_secs(1), &mut task.0).await;
     }
     let _ = stop_tx.send(true);
     let drain = async { while tasks.join_next().await.is_some() {} };
@@ -699,6 +796,22 @@ pub async fn serve_connection_as<S>(
                     ];
                     let _ = send(&mut framed, &reply, t, true).await;
                     return;
+                }
+            }
+        }
+        if fields.first().is_some_and(|c| c == "DIRECTOR-HELLO") {
+            match shared.ring().cloned() {
+                Some(ring) => {
+                    ring.serve_accepted(&shared, framed, peer, &fields, roles, stop)
+                        .await;
+                    return;
+                }
+                None => {
+                    let reply = ["JOIN-FAIL", "this director runs alone (no ring_secret)"];
+                    if send(&mut framed, &reply, t, true).await.is_err() {
+                        return;
+                    }
+                    continue;
                 }
             }
         }

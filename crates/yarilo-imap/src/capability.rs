@@ -45,6 +45,7 @@ pub const AUTHENTICATED: &[&str] = &[
     "METADATA-SERVER",
     "CATENATE",
     "NOTIFY",
+    "URLAUTH",
 ];
 
 /// Before login. `starttls`: offered on this connection; `login_ok`: a

@@ -40,5 +40,6 @@ mod session;
 mod sort;
 mod status;
 mod thread;
+mod urlauth;
 
 pub use server::{ImapServer, ImapSettings};

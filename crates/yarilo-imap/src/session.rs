@@ -591,6 +591,12 @@ impl Session {
             ),
             Command::Compress(mech) => return self.compress(tag, &mech).await,
             Command::Notify(set) => self.notify(tag, set).await,
+            Command::GenUrlAuth(items) => self.genurlauth(tag, items).await,
+            Command::ResetKey {
+                mailbox,
+                mechanisms,
+            } => self.resetkey(tag, mailbox, mechanisms).await,
+            Command::UrlFetch(items) => self.urlfetch(tag, items).await,
             Command::GetMetadata {
                 max_size,
                 depth,

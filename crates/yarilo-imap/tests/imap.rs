@@ -533,3 +533,44 @@ async fn notify_reports_deliveries_to_other_mailboxes() {
     let r = a.cmd("n6 NOTIFY NONE").await;
     assert_eq!(r, vec!["n6 OK NOTIFY completed."]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn urlauth_generate_fetch_and_reset() {
+    let s = common::start().await;
+    let mut a = Raw::login(s.addr, USER).await;
+    a.send("u1 APPEND INBOX {25+}\r\nSubject: u\r\n\r\nsecret body")
+        .await;
+    assert!(a.line().await.starts_with("u1 OK"));
+    let url = format!("imap://{USER}@test.invalid/INBOX/;UID=1/;SECTION=TEXT;URLAUTH=authuser");
+    let r = a.cmd(&format!("u2 GENURLAUTH \"{url}\" INTERNAL")).await;
+    let line = &r[0];
+    assert!(
+        line.starts_with(&format!("* GENURLAUTH \"{url}:internal:")),
+        "{r:?}"
+    );
+    let signed = line
+        .trim_start_matches("* GENURLAUTH \"")
+        .trim_end_matches('"')
+        .to_string();
+    let r = a.cmd(&format!("u3 URLFETCH \"{signed}\"")).await;
+    assert_eq!(
+        r[0],
+        format!("* URLFETCH {signed} \"secret body\""),
+        "{r:?}"
+    );
+    // A forged token or a URL for someone else fetches nothing.
+    let forged = format!("{}0000", &signed[..signed.len() - 4]);
+    let r = a.cmd(&format!("u4 URLFETCH \"{forged}\"")).await;
+    assert_eq!(r[0], format!("* URLFETCH {forged} NIL"));
+    let r = a
+        .cmd("u5 GENURLAUTH \"imap://bob@test.invalid/INBOX/;UID=1;URLAUTH=anonymous\" INTERNAL")
+        .await;
+    assert!(r[0].starts_with("u5 NO [BADURL "), "{r:?}");
+    // RESETKEY revokes.
+    assert_eq!(
+        a.cmd("u6 RESETKEY").await,
+        vec!["u6 OK Resetkey completed."]
+    );
+    let r = a.cmd(&format!("u7 URLFETCH \"{signed}\"")).await;
+    assert_eq!(r[0], format!("* URLFETCH {signed} NIL"));
+}

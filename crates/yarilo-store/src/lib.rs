@@ -33,6 +33,7 @@ pub mod records;
 pub mod store;
 pub mod subscriptions;
 pub mod uidlist;
+pub mod urlauth_keys;
 pub mod view;
 
 pub use error::StoreError;

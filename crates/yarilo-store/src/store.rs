@@ -571,6 +571,51 @@ impl UserStore {
         .await
     }
 
+    /// The URLAUTH access key of a mailbox; created (32 random bytes) when
+    /// `create` and missing.
+    pub async fn urlauth_key(
+        &self,
+        mailbox: &str,
+        create: bool,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let root = self.loc.root.clone();
+        let mailbox = mailbox.to_string();
+        if !create {
+            return blocking(move || Ok(crate::urlauth_keys::load(&root).get(&mailbox).cloned()))
+                .await;
+        }
+        let _g = self.idx_lock().await?;
+        blocking(move || {
+            let mut keys = crate::urlauth_keys::load(&root);
+            if let Some(k) = keys.get(&mailbox) {
+                return Ok(Some(k.clone()));
+            }
+            let key: Vec<u8> = (0..32).map(|_| rand::random::<u8>()).collect();
+            keys.insert(mailbox, key.clone());
+            crate::urlauth_keys::save(&root, &keys)?;
+            Ok(Some(key))
+        })
+        .await
+    }
+
+    /// RESETKEY: forgets the key of `mailbox`, or of every mailbox.
+    pub async fn reset_urlauth_keys(&self, mailbox: Option<&str>) -> Result<(), StoreError> {
+        let _g = self.idx_lock().await?;
+        let root = self.loc.root.clone();
+        let mailbox = mailbox.map(str::to_string);
+        blocking(move || {
+            let mut keys = crate::urlauth_keys::load(&root);
+            match &mailbox {
+                Some(m) => {
+                    keys.remove(m);
+                }
+                None => keys.clear(),
+            }
+            crate::urlauth_keys::save(&root, &keys)
+        })
+        .await
+    }
+
     pub async fn subscriptions(&self) -> Result<Vec<String>, StoreError> {
         let root = self.loc.root.clone();
         let sep = self.separator();

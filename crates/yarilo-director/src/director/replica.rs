@@ -1,0 +1,411 @@
+//! What the director ring replicates, on the state machine's side.
+//!
+//! Every local change another director must learn is recorded as a
+//! [`RingEvent`] in an outbox (only while [`Director::set_replicating`] is
+//! on); the driver drains it after each operation and forwards it over
+//! every live ring connection except the one it arrived on. Remote changes
+//! are applied through the same methods, and they record an event only
+//! when they changed something: an event travelling round the ring stops
+//! where it is already known (a seq already seen, a stamp that does not
+//! win, a backend already present). That is the loop guard.
+//!
+//! Pure like the rest of the state machine: no clock, no I/O.
+
+use std::net::IpAddr;
+
+use crate::backend::{BackendId, Source};
+use crate::directory::{DirectorId, MergeOutcome, Stamp, UserKey};
+use crate::Tick;
+
+use super::{secs, BackendUp, Director, Kick};
+
+/// Most events held between two drains (a driver drains after every lock,
+/// so this only bounds a bug).
+const MAX_EVENTS: usize = 1 << 20;
+
+/// A backend as the ring exchanges it (`BACKEND` line): enough to insert
+/// it where it is unknown and to carry a registered backend's lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendState {
+    pub ip: IpAddr,
+    pub port: u16,
+    pub tag: String,
+    pub vhosts: u32,
+    pub source: Source,
+    /// Highest heartbeat seq seen from it (registered backends).
+    pub seq: Option<u64>,
+    pub draining: bool,
+}
+
+/// One sticky assignment as the ring exchanges it (`USER` / `USER-ASSIGN`).
+/// The tag is the backend's: a backend serves exactly one tag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserRecord {
+    pub hash: u32,
+    pub backend: IpAddr,
+    pub stamp: Stamp,
+    pub weak: bool,
+}
+
+/// A change the other directors must learn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RingEvent {
+    /// A new pin (LOOKUP, admin move) or a merged one that won.
+    Assign(UserRecord),
+    /// A backend appeared (admin add, or learnt from a snapshot).
+    Backend(BackendState),
+    /// An accepted heartbeat.
+    Up(BackendUp),
+    Down {
+        ip: IpAddr,
+        seq: Option<u64>,
+    },
+    Flush {
+        ip: IpAddr,
+        seq: Option<u64>,
+    },
+    /// Admin remove.
+    Remove {
+        ip: IpAddr,
+    },
+    Vhosts {
+        ip: IpAddr,
+        vhosts: u32,
+    },
+}
+
+impl Director {
+    /// Turns the event outbox on (the ring does, when it runs).
+    pub fn set_replicating(&mut self, on: bool) {
+        self.replicating = on;
+        if !on {
+            self.events.clear();
+        }
+    }
+
+    /// Drains the outbox.
+    pub fn take_events(&mut self) -> Vec<RingEvent> {
+        std::mem::take(&mut self.events)
+    }
+
+    pub(super) fn emit(&mut self, event: RingEvent) {
+        if self.replicating && self.events.len() < MAX_EVENTS {
+            self.events.push(event);
+        }
+    }
+
+    pub(super) fn emit_assign(&mut self, hash: u32, backend: BackendId, stamp: Stamp) {
+        if !self.replicating {
+            return;
+        }
+        if let Some(b) = self.backends.get(backend) {
+            let ip = b.ip;
+            self.emit(RingEvent::Assign(UserRecord {
+                hash,
+                backend: ip,
+                stamp,
+                weak: false,
+            }));
+        }
+    }
+
+    pub(super) fn emit_backend(&mut self, ip: IpAddr) {
+        if !self.replicating {
+            return;
+        }
+        if let Some(state) = self.backend_state(ip) {
+            self.emit(RingEvent::Backend(state));
+        }
+    }
+
+    fn backend_state(&self, ip: IpAddr) -> Option<BackendState> {
+        let b = self.backends.get(self.backends.by_ip(ip)?)?;
+        Some(BackendState {
+            ip,
+            port: b.port,
+            tag: self.backends.tag_name(b.tag).to_string(),
+            vhosts: b.vhosts,
+            source: b.source,
+            seq: self.backends.seq_of(ip),
+            draining: b.draining,
+        })
+    }
+
+    /// Every backend, for the snapshot sent on a ring (re)connect.
+    pub fn backend_states(&self) -> Vec<BackendState> {
+        self.backends
+            .iter()
+            .filter_map(|(_, b)| self.backend_state(b.ip))
+            .collect()
+    }
+
+    /// Every live assignment, for the snapshot sent on a ring (re)connect.
+    pub fn user_records(&self, now: Tick) -> Vec<UserRecord> {
+        let now_s = secs(now);
+        let expire = self.users.expire_secs();
+        self.users
+            .iter()
+            .filter(|(_, a)| now_s.saturating_sub(a.used_secs) < expire)
+            .filter_map(|(k, a)| {
+                Some(UserRecord {
+                    hash: k.hash(),
+                    backend: self.backends.get(a.backend)?.ip,
+                    stamp: a.stamp,
+                    weak: a.weak,
+                })
+            })
+            .collect()
+    }
+
+    /// Applies a backend learnt from another director: inserted where
+    /// unknown; a registered one's lease is refreshed when its seq is
+    /// newer. Attributes of a known backend change only through their own
+    /// events (vhosts, flush), never through a snapshot, so two views that
+    /// differ cannot swap forever. Returns whether anything changed (the
+    /// event is then forwarded).
+    pub fn apply_backend(&mut self, now: Tick, s: &BackendState) -> bool {
+        let changed = match self.backends.by_ip(s.ip) {
+            None => {
+                if s.source == Source::Registered {
+                    match s.seq {
+                        Some(seq) if self.backends.accept_seq(s.ip, seq, now) => {}
+                        // A removal already seen a newer seq: stays gone.
+                        _ => return false,
+                    }
+                }
+                match self
+                    .backends
+                    .insert(s.ip, s.port, &s.tag, s.vhosts, s.source, now)
+                {
+                    Some(id) => {
+                        if let Some(b) = self.backends.get_mut(id) {
+                            b.draining = s.draining;
+                        }
+                        true
+                    }
+                    None => false,
+                }
+            }
+            Some(id) => {
+                let registered = self
+                    .backends
+                    .get(id)
+                    .is_some_and(|b| b.source == Source::Registered);
+                match s.seq {
+                    Some(seq) if registered && self.backends.accept_seq(s.ip, seq, now) => {
+                        if let Some(b) = self.backends.get_mut(id) {
+                            b.last_seen = now;
+                        }
+                        true
+                    }
+                    _ => false,
+                }
+            }
+        };
+        if changed {
+            self.emit(RingEvent::Backend(s.clone()));
+        }
+        changed
+    }
+
+    /// Merges an assignment learnt from another director in Lamport order
+    /// (higher seq wins, a tie goes to the lower director id); the local
+    /// clock moves past the remote seq either way. When the merge moves
+    /// the user to another backend, the returned kicks end the user's
+    /// sessions this director knows of on the old one, so a mailbox is
+    /// never served by two backends. `None`: the backend is unknown here
+    /// (the record is dropped; the backend set is exchanged first).
+    pub fn merge_user(&mut self, now: Tick, r: &UserRecord) -> Option<(MergeOutcome, Vec<Kick>)> {
+        let backend = self.backends.by_ip(r.backend)?;
+        let tag = self.backends.get(backend)?.tag;
+        let key = UserKey::new(tag, r.hash);
+        let outcome = self.merge_assignment(now, key, r.backend, r.stamp)?;
+        let kicks = match outcome {
+            MergeOutcome::Kept => return Some((outcome, Vec::new())),
+            MergeOutcome::Inserted | MergeOutcome::Replaced { moved_from: None } => Vec::new(),
+            MergeOutcome::Replaced {
+                moved_from: Some(old),
+            } => self.kicks_on(key, old),
+        };
+        self.emit(RingEvent::Assign(*r));
+        Some((outcome, kicks))
+    }
+
+    /// One kick per distinct username with a session of `key` on `backend`.
+    fn kicks_on(&self, key: UserKey, backend: BackendId) -> Vec<Kick> {
+        let Some(ip) = self.backends.get(backend).map(|b| b.ip) else {
+            return Vec::new();
+        };
+        let mut users: Vec<&str> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.user == key && s.backend == backend)
+            .map(|(_, s)| &*s.username)
+            .collect();
+        users.sort_unstable();
+        users.dedup();
+        users
+            .into_iter()
+            .map(|u| Kick {
+                user: u.to_string(),
+                backend: ip,
+            })
+            .collect()
+    }
+
+    /// The Lamport clock (for tests and status).
+    pub fn lamport(&self) -> u64 {
+        self.clock
+    }
+
+    /// The id stamped on this director's assignments.
+    pub fn director_id(&self) -> DirectorId {
+        self.me
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Settings;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn pair() -> (Director, Director) {
+        let mut a = Director::new(Settings::defaults(), DirectorId(1));
+        let mut b = Director::new(Settings::defaults(), DirectorId(2));
+        for d in [&mut a, &mut b] {
+            d.set_replicating(true);
+            d.add_static(0, ip("10.0.0.1"), 1, "", 100);
+            d.add_static(0, ip("10.0.0.2"), 1, "", 100);
+        }
+        (a, b)
+    }
+
+    /// Delivers `from`'s outbox to `to`; returns what `to` would forward.
+    fn deliver(from: &mut Director, to: &mut Director) -> Vec<RingEvent> {
+        for e in from.take_events() {
+            match e {
+                RingEvent::Assign(r) => {
+                    to.merge_user(0, &r);
+                }
+                RingEvent::Backend(s) => {
+                    to.apply_backend(0, &s);
+                }
+                RingEvent::Up(up) => {
+                    to.backend_up(0, &up);
+                }
+                RingEvent::Down { ip, seq } => {
+                    to.backend_down(0, ip, seq);
+                }
+                RingEvent::Flush { ip, seq } => {
+                    to.backend_flush(0, ip, seq);
+                }
+                RingEvent::Remove { ip } => {
+                    to.remove_admin(ip);
+                }
+                RingEvent::Vhosts { ip, vhosts } => {
+                    to.set_vhosts(ip, vhosts);
+                }
+            }
+        }
+        to.take_events()
+    }
+
+    #[test]
+    fn a_fresh_pin_replicates_and_stops_where_it_is_known() {
+        let (mut a, mut b) = pair();
+        let ra = a.lookup(0, "u@d", "", None).unwrap();
+        assert!(ra.fresh);
+        let forwarded = deliver(&mut a, &mut b);
+        assert_eq!(forwarded.len(), 1, "new to b: forwarded on");
+        let rb = b.lookup(0, "u@d", "", None).unwrap();
+        assert!(!rb.fresh);
+        assert_eq!(rb.ip, ra.ip);
+        // Back at a: already known, nothing forwarded.
+        b.events = forwarded;
+        assert!(deliver(&mut b, &mut a).is_empty());
+    }
+
+    #[test]
+    fn conflicting_pins_converge_and_the_loser_kicks() {
+        let (mut a, mut b) = pair();
+        // Both pin the same user to different backends with equal seqs.
+        a.move_user(0, "u@d", "", ip("10.0.0.1")).unwrap();
+        b.move_user(0, "u@d", "", ip("10.0.0.2")).unwrap();
+        assert!(b.session_open(0, "s1", "u@d", "", ip("10.0.0.2"), crate::Proto::Imap));
+        let a_events = a.take_events();
+        let b_events = b.take_events();
+        a.events = a_events.clone();
+        b.events = b_events.clone();
+        // b (higher id) loses the tie and kicks its session on 10.0.0.2.
+        let RingEvent::Assign(ra) = &a_events[0] else {
+            panic!("assign expected")
+        };
+        let (_, kicks) = b.merge_user(0, ra).unwrap();
+        assert_eq!(
+            kicks,
+            vec![Kick {
+                user: "u@d".into(),
+                backend: ip("10.0.0.2")
+            }]
+        );
+        let RingEvent::Assign(rb) = &b_events[0] else {
+            panic!("assign expected")
+        };
+        let (outcome, _) = a.merge_user(0, rb).unwrap();
+        assert_eq!(outcome, MergeOutcome::Kept);
+        let key_a = a.user_key("u@d", "").unwrap();
+        let key_b = b.user_key("u@d", "").unwrap();
+        assert_eq!(
+            a.users().get(key_a, 0).unwrap().backend,
+            b.users().get(key_b, 0).unwrap().backend
+        );
+    }
+
+    #[test]
+    fn heartbeats_and_removals_travel_once_round_the_ring() {
+        let (mut a, mut b) = pair();
+        let up = BackendUp {
+            ip: ip("10.0.0.9"),
+            port: 1,
+            tag: "".into(),
+            vhosts: 100,
+            seq: 5,
+        };
+        a.backend_up(0, &up);
+        let fwd = deliver(&mut a, &mut b);
+        assert_eq!(fwd.len(), 1);
+        assert!(b.backends().by_ip(ip("10.0.0.9")).is_some());
+        b.events = fwd;
+        assert!(deliver(&mut b, &mut a).is_empty(), "same seq is stale at a");
+        a.backend_flush(0, ip("10.0.0.9"), None);
+        assert_eq!(deliver(&mut a, &mut b).len(), 1);
+        a.backend_flush(0, ip("10.0.0.9"), None);
+        assert!(a.take_events().is_empty(), "already draining: no event");
+        a.backend_down(0, ip("10.0.0.9"), Some(6));
+        assert_eq!(deliver(&mut a, &mut b).len(), 1);
+        assert!(b.backends().by_ip(ip("10.0.0.9")).is_none());
+        // A snapshot from a director that missed the DOWN cannot bring it back.
+        let stale = BackendState {
+            ip: ip("10.0.0.9"),
+            port: 1,
+            tag: "".into(),
+            vhosts: 100,
+            source: Source::Registered,
+            seq: Some(5),
+            draining: false,
+        };
+        assert!(!b.apply_backend(0, &stale));
+    }
+
+    #[test]
+    fn a_lone_director_records_nothing() {
+        let mut d = Director::new(Settings::defaults(), DirectorId(1));
+        d.add_static(0, ip("10.0.0.1"), 1, "", 100);
+        d.lookup(0, "u", "", None).unwrap();
+        assert!(d.take_events().is_empty());
+    }
+}

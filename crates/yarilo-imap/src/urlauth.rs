@@ -1,0 +1,264 @@
+//! URLAUTH (RFC 4467): GENURLAUTH signs an IMAP URL to one of the user's
+//! messages with the mailbox's access key (mechanism INTERNAL, HMAC-SHA1),
+//! URLFETCH returns what a signed URL names, RESETKEY revokes. Keys live in
+//! the store, one per mailbox. This session only serves the user's own
+//! URLs; `submit+` URLs are for the submission server (BURL) and are NIL
+//! here, as the RFC asks.
+
+use bytes::Bytes;
+use hmac::{Hmac, Mac};
+use sha1::Sha1;
+use yarilo_imap_proto::command::UrlFetchItem;
+use yarilo_imap_proto::response::{Code, Data, Response};
+use yarilo_imap_proto::{Date, Mailbox};
+
+use crate::imap_url::{self, MessageUrl};
+use crate::selected::store_no;
+use crate::session::Session;
+
+type HmacSha1 = Hmac<Sha1>;
+
+/// An authorised URL taken apart.
+struct Rump<'a> {
+    /// The message URL without `;EXPIRE=` and `;URLAUTH=`.
+    message: &'a str,
+    user: &'a str,
+    expire: Option<i64>,
+    access: &'a str,
+}
+
+fn find_ci(hay: &str, needle: &str) -> Option<usize> {
+    hay.to_ascii_lowercase().find(&needle.to_ascii_lowercase())
+}
+
+/// `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)` → unix seconds.
+fn rfc3339(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    let num = |r: std::ops::Range<usize>| -> Option<i64> { s.get(r)?.parse().ok() };
+    if b.len() < 20
+        || b.get(4) != Some(&b'-')
+        || b.get(10).map(u8::to_ascii_uppercase) != Some(b'T')
+    {
+        return None;
+    }
+    let date = Date::new(num(0..4)? as u16, num(5..7)? as u8, num(8..10)? as u8)?;
+    let secs =
+        date.days_since_epoch() * 86_400 + num(11..13)? * 3600 + num(14..16)? * 60 + num(17..19)?;
+    let mut rest = s.get(19..)?;
+    if let Some(r) = rest.strip_prefix('.') {
+        rest = r.trim_start_matches(|c: char| c.is_ascii_digit());
+    }
+    if rest.eq_ignore_ascii_case("z") {
+        return Some(secs);
+    }
+    let sign = match rest.as_bytes().first() {
+        Some(b'+') => -1,
+        Some(b'-') => 1,
+        _ => return None,
+    };
+    let off =
+        rest.get(1..3)?.parse::<i64>().ok()? * 3600 + rest.get(4..6)?.parse::<i64>().ok()? * 60;
+    Some(secs + sign * off)
+}
+
+fn parse_rump(rump: &str) -> Option<Rump<'_>> {
+    let auth_at = find_ci(rump, ";urlauth=")?;
+    let access = rump.get(auth_at + 9..)?;
+    let before = rump.get(..auth_at)?;
+    let (message, expire) = match find_ci(before, ";expire=") {
+        Some(i) => (before.get(..i)?, Some(rfc3339(before.get(i + 8..)?)?)),
+        None => (before, None),
+    };
+    let rest = message
+        .strip_prefix("imap://")
+        .or_else(|| message.strip_prefix("IMAP://"))?;
+    let at = rest.find('@')?;
+    let user = rest.get(..at)?;
+    let user = user.split(';').next()?;
+    let valid_access = access.eq_ignore_ascii_case("anonymous")
+        || access.eq_ignore_ascii_case("authuser")
+        || access.to_ascii_lowercase().starts_with("user+")
+        || access.to_ascii_lowercase().starts_with("submit+");
+    valid_access.then_some(Rump {
+        message,
+        user,
+        expire,
+        access,
+    })
+}
+
+fn sign(key: &[u8], rump: &str) -> Option<String> {
+    let mut mac = HmacSha1::new_from_slice(key).ok()?;
+    mac.update(rump.as_bytes());
+    Some(hex::encode(mac.finalize().into_bytes()))
+}
+
+impl Session {
+    fn own_url(&self, user: &str) -> bool {
+        self.user
+            .as_ref()
+            .is_some_and(|u| u.name.eq_ignore_ascii_case(user))
+    }
+
+    async fn url_mailbox(
+        &self,
+        tag: &str,
+        u: &MessageUrl,
+    ) -> Option<(String, yarilo_store::Mailbox)> {
+        let name = u.mailbox.as_ref()?;
+        let store_name = self.store_name(tag, &Mailbox::new(name.clone())).ok()?;
+        let mbox = self.user_store()?.open(&store_name).await.ok()?;
+        Some((store_name, mbox))
+    }
+
+    pub(crate) async fn genurlauth(&mut self, tag: &str, items: Vec<(String, String)>) -> Response {
+        let Some(store) = self.user_store() else {
+            return Response::bad(Some(tag.to_string()), None, "Please log in first.");
+        };
+        let mut out = Vec::new();
+        for (url, mech) in items {
+            if !mech.eq_ignore_ascii_case("INTERNAL") {
+                return Response::no(tag, None, format!("Unsupported URLAUTH mechanism {mech}."));
+            }
+            let bad = || Response::no(tag, Some(Code::BadUrl(url.clone())), "Bad URL.");
+            let Some(r) = parse_rump(&url) else {
+                return bad();
+            };
+            if !self.own_url(r.user) {
+                return bad();
+            }
+            let Some(u) = imap_url::parse(r.message).filter(|u| u.mailbox.is_some()) else {
+                return bad();
+            };
+            let Some((store_name, _)) = self.url_mailbox(tag, &u).await else {
+                return bad();
+            };
+            let key = match store.urlauth_key(&store_name, true).await {
+                Ok(Some(k)) => k,
+                Ok(None) => return bad(),
+                Err(e) => return store_no(tag, &e),
+            };
+            let Some(token) = sign(&key, &url) else {
+                return bad();
+            };
+            out.push(format!("{url}:internal:{token}"));
+        }
+        self.conn.send(&Response::Data(Data::GenUrlAuth(out)));
+        Response::ok(tag, None, "Genurlauth completed.")
+    }
+
+    pub(crate) async fn resetkey(
+        &mut self,
+        tag: &str,
+        mailbox: Option<Mailbox>,
+        mechs: Vec<String>,
+    ) -> Response {
+        if mechs.iter().any(|m| !m.eq_ignore_ascii_case("INTERNAL")) {
+            return Response::no(tag, None, "Unsupported URLAUTH mechanism.");
+        }
+        let Some(store) = self.user_store() else {
+            return Response::bad(Some(tag.to_string()), None, "Please log in first.");
+        };
+        let name = match &mailbox {
+            Some(m) => match self.store_name(tag, m) {
+                Ok(n) => {
+                    if let Err(e) = store.open(&n).await {
+                        return store_no(tag, &e);
+                    }
+                    Some(n)
+                }
+                Err(r) => return r,
+            },
+            None => None,
+        };
+        match store.reset_urlauth_keys(name.as_deref()).await {
+            Ok(()) => Response::ok(tag, None, "Resetkey completed."),
+            Err(e) => store_no(tag, &e),
+        }
+    }
+
+    /// The bytes a signed URL names, or `None` (answered NIL).
+    async fn urlfetch_one(&self, tag: &str, full: &str) -> Option<Vec<u8>> {
+        let (rest, token) = full.rsplit_once(':')?;
+        let (rump, mech) = rest.rsplit_once(':')?;
+        if !mech.eq_ignore_ascii_case("internal") {
+            return None;
+        }
+        let r = parse_rump(rump)?;
+        let access = r.access.to_ascii_lowercase();
+        let allowed = access == "anonymous"
+            || access == "authuser"
+            || access
+                .strip_prefix("user+")
+                .is_some_and(|u| self.own_url(u));
+        if !allowed || !self.own_url(r.user) {
+            return None;
+        }
+        if let Some(exp) = r.expire {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()?
+                .as_secs() as i64;
+            if now >= exp {
+                return None;
+            }
+        }
+        let u = imap_url::parse(r.message)?;
+        let (store_name, mbox) = self.url_mailbox(tag, &u).await?;
+        let key = self
+            .user_store()?
+            .urlauth_key(&store_name, false)
+            .await
+            .ok()??;
+        let mut mac = HmacSha1::new_from_slice(&key).ok()?;
+        mac.update(rump.as_bytes());
+        mac.verify_slice(&hex::decode(token).ok()?).ok()?;
+        let view = mbox.refresh().await.ok()?;
+        if u.uidvalidity.is_some_and(|v| v != view.uidvalidity()) {
+            return None;
+        }
+        let raw = crate::fetch::crlf(mbox.read_message(u.uid).await.ok()?);
+        let data = yarilo_mime::section(&raw, &u.section)?;
+        Some(match u.partial {
+            None => data,
+            Some(p) => {
+                let start = (p.origin as usize).min(data.len());
+                let end = start.saturating_add(p.count as usize).min(data.len());
+                data.get(start..end).map(<[u8]>::to_vec).unwrap_or_default()
+            }
+        })
+    }
+
+    pub(crate) async fn urlfetch(&mut self, tag: &str, items: Vec<UrlFetchItem>) -> Response {
+        let mut out = Vec::new();
+        for it in items {
+            let data = self.urlfetch_one(tag, &it.url).await;
+            out.push((it.url, data.map(Bytes::from)));
+        }
+        self.conn.send(&Response::Data(Data::UrlFetch(out)));
+        Response::ok(tag, None, "Urlfetch completed.")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rumps_and_dates() {
+        let r = parse_rump("imap://joe@example.com/INBOX/;uid=20/;section=1.2;urlauth=submit+fred")
+            .unwrap();
+        assert_eq!((r.user, r.access), ("joe", "submit+fred"));
+        assert_eq!(
+            r.message,
+            "imap://joe@example.com/INBOX/;uid=20/;section=1.2"
+        );
+        let r =
+            parse_rump("imap://joe@h/INBOX/;UID=1;EXPIRE=2026-12-01T10:00:00Z;URLAUTH=anonymous")
+                .unwrap();
+        assert_eq!(r.expire, Some(1_796_119_200));
+        assert!(parse_rump("imap://joe@h/INBOX/;UID=1;URLAUTH=bogus").is_none());
+        assert_eq!(rfc3339("1970-01-01T01:00:00+01:00"), Some(0));
+        assert_eq!(rfc3339("2026-12-01T10:00:00.5Z"), Some(1_796_119_200));
+    }
+}
