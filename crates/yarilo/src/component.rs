@@ -42,6 +42,7 @@ where
     let config = Config::load(&args.config)?;
     yarilo_telemetry::init_logging(&config.log);
     build_runtime()?.block_on(async move {
+        let signals = crate::runtime::Signals::install()?;
         let life = Lifecycle::new();
         let watch = vec![PathBuf::from(&config.general.data_dir)];
         let telemetry = crate::telemetry::start(&config, watch, &life).await?;
@@ -71,7 +72,7 @@ where
                     Err(e) => Err(anyhow::anyhow!("{name} task panicked: {e}")),
                 }
             }
-            clean = run_until_signal(&life, grace, || {}) => {
+            clean = run_until_signal(signals, &life, grace, || {}) => {
                 let clean = clean?;
                 // The service saw the shutdown token; give it what is left
                 // of the grace period to return.

@@ -6,17 +6,39 @@ use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
 use yarilo_listener::Lifecycle;
 
+/// The signals a component reacts to. Installed first thing, before the
+/// process announces anything: a SIGTERM that arrives while listeners are
+/// still being bound must shut down cleanly, not kill the process.
+pub struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    pub fn install() -> anyhow::Result<Signals> {
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+}
+
 /// Waits for SIGTERM or SIGINT, running `on_hup` on every SIGHUP
 /// meanwhile; then stops accepting and gives sessions `grace` to end.
 /// Returns whether they all ended in time.
 pub async fn run_until_signal(
+    signals: Signals,
     life: &Lifecycle,
     grace: Duration,
     on_hup: impl Fn(),
 ) -> anyhow::Result<bool> {
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    let mut hup = signal(SignalKind::hangup())?;
+    let Signals {
+        mut term,
+        mut int,
+        mut hup,
+    } = signals;
     loop {
         tokio::select! {
             _ = term.recv() => { tracing::info!("SIGTERM: shutting down"); break }

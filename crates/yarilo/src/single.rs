@@ -51,6 +51,7 @@ pub fn main(args: SingleArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn run(mut config: Config) -> anyhow::Result<ExitCode> {
+    let signals = crate::runtime::Signals::install()?;
     let data_dir = absolute(Path::new(&config.general.data_dir))?;
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("cannot create data directory {}", data_dir.display()))?;
@@ -136,7 +137,7 @@ async fn run(mut config: Config) -> anyhow::Result<ExitCode> {
 
     let grace = Duration::from_secs(config.general.shutdown_grace_seconds);
     let reload = certs.clone();
-    let clean = run_until_signal(&life, grace, move || {
+    let clean = run_until_signal(signals, &life, grace, move || {
         if let Err(e) = reload.reload() {
             tracing::error!(error = %e, "certificate reload failed; keeping the previous ones");
         }

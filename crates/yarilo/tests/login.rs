@@ -423,3 +423,70 @@ fn backend_refuses_forged_replayed_malformed_and_untrusted_preambles() {
     assert_eq!(m("timeout"), 1.0);
     let _ = &c.dir;
 }
+
+/// The director shape: imap-login asks `yarilo director` (LOOKUP) which
+/// backend serves the user, then hands the session there.
+#[test]
+fn the_login_routes_through_the_director_to_the_backend() {
+    let c = cluster();
+    let d = c.dir.path();
+    let backend_port = c.backend_addr.rsplit_once(':').unwrap().1;
+    let mut director = component(
+        d,
+        "director",
+        &format!(
+            "director_service:\n  listen: 127.0.0.1:0\n  api:\n    listen: \"\"\n  mail_servers:\n    - host: 127.0.0.1\n      port: {backend_port}\n"
+        ),
+        None,
+    );
+    let director_addr = director.announced("director    ").trim().to_string();
+    let port = free_port();
+    let mut login = component(
+        d,
+        "imap-login",
+        &format!(
+            "auth_client:\n  address: {}\nservices:\n  imap:\n    address: 127.0.0.1\n    port: {port}\n  imaps:\n    enabled: false\n\
+             login:\n  imap:\n    director_addr: {director_addr}\n",
+            c.auth_addr
+        ),
+        None,
+    );
+    let login_addr = login.announced("imap        ").trim().to_string();
+    assert!(login.becomes_ready(), "director-routed login ready");
+    let (host, port) = login_addr.rsplit_once(':').unwrap();
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            r#"
+import imaplib, os
+m = imaplib.IMAP4(os.environ["HOST"], int(os.environ["PORT"]))
+typ, _ = m.login("alice", "secret")
+assert typ == "OK"
+typ, data = m.select("INBOX")
+assert typ == "OK", data
+m.logout()
+print("routed ok")
+"#,
+        ])
+        .env("HOST", host)
+        .env("PORT", port)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("routed ok"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The session went to the backend the director named.
+    assert_eq!(
+        c.backend
+            .metric("yarilo_backend_preambles_total{service=\"imap\",result=\"ok\"}"),
+        1.0
+    );
+    assert_eq!(
+        login.metric("yarilo_login_backend_handoffs_total{protocol=\"imap\",result=\"ok\"}"),
+        1.0
+    );
+    drop(login);
+    drop(director);
+}
