@@ -4,20 +4,27 @@
 //! bus, so deliveries and changes made by other processes of the
 //! deployment (through the locks EVENT channel) are seen as well.
 //!
-//! Supported events: MessageNew, MessageExpunge, FlagChange. Others are
-//! answered `NO [BADEVENT]` with this list.
+//! Supported events: MessageNew, MessageExpunge, FlagChange (as STATUS),
+//! MailboxName and SubscriptionChange (as LIST). The METADATA and
+//! annotation events are answered `NO [BADEVENT]` with this list.
 
 use std::collections::BTreeSet;
 
 use tokio::sync::broadcast;
 use yarilo_imap_proto::command::{NotifyEvent, NotifyFilter, NotifySet, StatusItem};
-use yarilo_imap_proto::response::{Code, Response};
+use yarilo_imap_proto::response::{Code, Data, ListExtended, ListItem, Response};
 use yarilo_imap_proto::Mailbox;
 use yarilo_locks::Event;
 
 use crate::session::Session;
 
-const SUPPORTED: [&str; 3] = ["MessageNew", "MessageExpunge", "FlagChange"];
+const SUPPORTED: [&str; 5] = [
+    "MessageNew",
+    "MessageExpunge",
+    "FlagChange",
+    "MailboxName",
+    "SubscriptionChange",
+];
 
 /// What the client asked to hear about, per filter.
 #[derive(Clone, Copy, Default)]
@@ -25,6 +32,8 @@ struct Wants {
     new: bool,
     expunge: bool,
     flags: bool,
+    names: bool,
+    subscriptions: bool,
 }
 
 pub(crate) struct NotifyState {
@@ -38,6 +47,8 @@ pub(crate) struct NotifyState {
     pending: BTreeSet<(String, bool)>,
     /// Events were lost: report every watched mailbox once.
     lagged: bool,
+    /// Mailbox-level changes in arrival order: (kind, store name, payload).
+    lists: Vec<(String, String, String)>,
 }
 
 impl NotifyState {
@@ -80,6 +91,19 @@ impl NotifyState {
         let Some(name) = e.resource.strip_prefix(&self.prefix) else {
             return false;
         };
+        if matches!(
+            e.kind.as_str(),
+            "create" | "delete" | "rename" | "subscribe" | "unsubscribe"
+        ) {
+            if e.kind == "subscribe" {
+                self.subscribed.push(name.to_string());
+            } else if e.kind == "unsubscribe" {
+                self.subscribed.retain(|s| s != name);
+            }
+            self.lists
+                .push((e.kind.clone(), name.to_string(), e.payload.clone()));
+            return true;
+        }
         if Some(e.resource.as_str()) == selected {
             return false;
         }
@@ -101,6 +125,8 @@ fn wants_of(events: &[NotifyEvent]) -> Result<Wants, Vec<String>> {
             NotifyEvent::MessageNew(_) => w.new = true,
             NotifyEvent::MessageExpunge => w.expunge = true,
             NotifyEvent::FlagChange => w.flags = true,
+            NotifyEvent::MailboxName => w.names = true,
+            NotifyEvent::SubscriptionChange => w.subscriptions = true,
             _ => bad.push(()),
         }
     }
@@ -152,6 +178,7 @@ impl Session {
             prefix: format!("mbox:{user}:"),
             pending: BTreeSet::new(),
             lagged: false,
+            lists: Vec::new(),
         };
         if set.status {
             // STATUS for every watched mailbox now (RFC 5465 §3.1).
@@ -175,6 +202,40 @@ impl Session {
             return;
         };
         state.collect(selected.as_deref());
+        let lists = std::mem::take(&mut state.lists);
+        for (kind, store_name, payload) in lists {
+            let imap_name = self.names.to_imap(&store_name);
+            let Some(w) = self
+                .notify
+                .as_ref()
+                .and_then(|s| s.wants(&imap_name, &store_name, sep))
+            else {
+                continue;
+            };
+            let (attrs, name, extended) = match kind.as_str() {
+                "create" if w.names => (Vec::new(), imap_name, Vec::new()),
+                "delete" if w.names => (vec!["\\NonExistent".to_string()], imap_name, Vec::new()),
+                "rename" if w.names => (
+                    Vec::new(),
+                    self.names.to_imap(&payload),
+                    vec![ListExtended::OldName(Mailbox::new(imap_name))],
+                ),
+                "subscribe" if w.subscriptions => {
+                    (vec!["\\Subscribed".to_string()], imap_name, Vec::new())
+                }
+                "unsubscribe" if w.subscriptions => (Vec::new(), imap_name, Vec::new()),
+                _ => continue,
+            };
+            self.conn.send(&Response::Data(Data::List(ListItem {
+                attributes: attrs,
+                delimiter: Some(sep),
+                mailbox: Mailbox::new(name),
+                extended,
+            })));
+        }
+        let Some(state) = self.notify.as_mut() else {
+            return;
+        };
         let mut todo: Vec<(String, bool)> =
             std::mem::take(&mut state.pending).into_iter().collect();
         if std::mem::take(&mut state.lagged) {

@@ -402,6 +402,12 @@ async fn metadata_server_and_mailbox() {
     assert_eq!(r, vec!["m8 NO [NONEXISTENT] Mailbox doesn't exist."]);
     let r = a.cmd("m9 SETMETADATA \"\" (/bogus/x \"y\")").await;
     assert!(r[0].starts_with("m9 BAD"), "{r:?}");
+    // Entries follow a RENAME.
+    a.cmd("m10 CREATE Old").await;
+    a.cmd("m11 SETMETADATA Old (/private/x \"kept\")").await;
+    a.cmd("m12 RENAME Old New").await;
+    let r = a.cmd("m13 GETMETADATA New /private/x").await;
+    assert_eq!(r[0], "* METADATA New (/private/x \"kept\")", "{r:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -476,14 +482,14 @@ async fn notify_reports_deliveries_to_other_mailboxes() {
     a.cmd("n0 CREATE Work").await;
     a.cmd("n1 SELECT INBOX").await;
     let r = a
-        .cmd("n2 NOTIFY SET (selected (MessageNew MessageExpunge)) (personal (MessageNew MessageExpunge MailboxName))")
+        .cmd("n2 NOTIFY SET (selected (MessageNew MessageExpunge)) (personal (MessageNew MessageExpunge AnnotationChange))")
         .await;
     assert_eq!(
         r,
-        vec!["n2 NO [BADEVENT (MessageNew MessageExpunge FlagChange)] Unsupported event."]
+        vec!["n2 NO [BADEVENT (MessageNew MessageExpunge FlagChange MailboxName SubscriptionChange)] Unsupported event."]
     );
     let r = a
-        .cmd("n3 NOTIFY SET (selected (MessageNew MessageExpunge)) (personal (MessageNew MessageExpunge FlagChange))")
+        .cmd("n3 NOTIFY SET (selected (MessageNew MessageExpunge)) (personal (MessageNew MessageExpunge FlagChange MailboxName SubscriptionChange))")
         .await;
     assert_eq!(r, vec!["n3 OK NOTIFY completed."]);
 
@@ -530,6 +536,21 @@ async fn notify_reports_deliveries_to_other_mailboxes() {
     println!("NOTIFY during IDLE after {:?}", started.elapsed());
     a.send("DONE").await;
     assert_eq!(a.line().await, "n5 OK Idle completed.");
+    // Mailbox names and subscriptions changed by another session.
+    let mut b = Raw::login(s.addr, USER).await;
+    b.cmd("b1 CREATE Projects").await;
+    b.cmd("b2 RENAME Projects Archive2").await;
+    b.cmd("b3 SUBSCRIBE Archive2").await;
+    let r = a.cmd("n7 NOOP").await;
+    assert_eq!(
+        &r[..3],
+        &[
+            "* LIST () \"/\" Projects".to_string(),
+            "* LIST () \"/\" Archive2 (\"OLDNAME\" (Projects))".to_string(),
+            "* LIST (\\Subscribed) \"/\" Archive2".to_string(),
+        ],
+        "{r:?}"
+    );
     let r = a.cmd("n6 NOTIFY NONE").await;
     assert_eq!(r, vec!["n6 OK NOTIFY completed."]);
 }

@@ -277,6 +277,22 @@ impl UserStore {
         self.inner.events.subscribe()
     }
 
+    /// Publishes a mailbox-level change (create, delete, rename,
+    /// subscribe) on the event bus, for NOTIFY and idling sessions.
+    fn announce(&self, name: &str, kind: &str, payload: &str) {
+        let name = normalize(name, self.loc.layout).unwrap_or_else(|_| name.to_string());
+        let payload = if kind == "rename" {
+            normalize(payload, self.loc.layout).unwrap_or_else(|_| payload.to_string())
+        } else {
+            payload.to_string()
+        };
+        self.inner.events.publish(Event {
+            resource: format!("mbox:{}:{}", self.user, name),
+            kind: kind.to_string(),
+            payload,
+        });
+    }
+
     pub fn location(&self) -> &UserLocation {
         &self.loc
     }
@@ -384,7 +400,14 @@ impl UserStore {
         .await
     }
 
+    /// Publishes a `create` event when done.
     pub async fn create(&self, name: &str) -> Result<(), StoreError> {
+        self.create_inner(name).await?;
+        self.announce(name, "create", "");
+        Ok(())
+    }
+
+    async fn create_inner(&self, name: &str) -> Result<(), StoreError> {
         let name = normalize(name, self.loc.layout)?;
         if name == "INBOX" {
             return Err(StoreError::MailboxExists(name));
@@ -401,7 +424,14 @@ impl UserStore {
     }
 
     /// Deletes a mailbox and its messages (not its children).
+    /// Publishes a `delete` event when done.
     pub async fn delete(&self, name: &str) -> Result<(), StoreError> {
+        self.delete_inner(name).await?;
+        self.announce(name, "delete", "");
+        Ok(())
+    }
+
+    async fn delete_inner(&self, name: &str) -> Result<(), StoreError> {
         let name = normalize(name, self.loc.layout)?;
         if name == "INBOX" {
             return Err(StoreError::NotAllowed(name, "INBOX cannot be deleted"));
@@ -461,7 +491,45 @@ impl UserStore {
     }
 
     /// Renames a mailbox and its children. INBOX cannot be renamed.
+    /// Publishes a `rename` event when done.
     pub async fn rename(&self, from: &str, to: &str) -> Result<(), StoreError> {
+        self.rename_inner(from, to).await?;
+        // METADATA entries follow the mailbox and its children.
+        let (root, sep) = (self.loc.root.clone(), self.separator());
+        let (a, b) = (
+            normalize(from, self.loc.layout)?,
+            normalize(to, self.loc.layout)?,
+        );
+        {
+            let _g = self.idx_lock().await?;
+            blocking(move || {
+                let mut entries = crate::metadata::load(&root);
+                let moved: crate::metadata::Entries = entries
+                    .iter()
+                    .filter_map(|((m, e), v)| {
+                        let rest = if *m == a {
+                            Some(String::new())
+                        } else {
+                            m.strip_prefix(&format!("{a}{sep}"))
+                                .map(|r| format!("{sep}{r}"))
+                        }?;
+                        Some(((format!("{b}{rest}"), e.clone()), v.clone()))
+                    })
+                    .collect();
+                if moved.is_empty() {
+                    return Ok(());
+                }
+                entries.retain(|(m, _), _| *m != a && !m.starts_with(&format!("{a}{sep}")));
+                entries.extend(moved);
+                crate::metadata::save(&root, &entries)
+            })
+            .await?;
+        }
+        self.announce(from, "rename", to);
+        Ok(())
+    }
+
+    async fn rename_inner(&self, from: &str, to: &str) -> Result<(), StoreError> {
         let from = normalize(from, self.loc.layout)?;
         let to = normalize(to, self.loc.layout)?;
         if from == "INBOX" || to == "INBOX" {
@@ -623,7 +691,14 @@ impl UserStore {
     }
 
     /// Subscribes (`true`) or unsubscribes a name (it need not exist).
+    /// Publishes a `subscribe` event when done.
     pub async fn subscribe(&self, name: &str, on: bool) -> Result<(), StoreError> {
+        self.subscribe_inner(name, on).await?;
+        self.announce(name, if on { "subscribe" } else { "unsubscribe" }, "");
+        Ok(())
+    }
+
+    async fn subscribe_inner(&self, name: &str, on: bool) -> Result<(), StoreError> {
         let name = normalize(name, self.loc.layout)?;
         let _g = self.idx_lock().await?;
         let root = self.loc.root.clone();
