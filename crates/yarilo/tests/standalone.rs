@@ -1,0 +1,173 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The standalone shape as real processes on loopback: `yarilo auth`,
+//! `yarilo locks`, two `yarilo imap` backends on one mail volume, each
+//! behind its own `imap-login`, and `yarilo lmtp` behind `lmtp-login`.
+//! A delivery through LMTP reaches an IDLE session on an IMAP backend
+//! (through the locks service's event channel), and two clients appending
+//! through the two backends at the same time leave every message once with
+//! a UID of its own.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{free_port, Process, BIN};
+
+fn common_config(dir: &Path) -> String {
+    format!(
+        "general:\n  data_dir: {d}\n  hostname: test.invalid\n  xclient:\n    trusted_nets: [127.0.0.1/32]\n\
+         auth:\n  disable_plaintext_auth: false\n  auth_failure_delay_seconds: 0\n\
+         imap:\n  auth_failure_delay_seconds: 0\n\
+         locks_service:\n  mode: embedded\n  socket: {d}/locks.sock\n\
+         locks_client:\n  mode: embedded\n  socket: {d}/locks.sock\n",
+        d = dir.display()
+    )
+}
+
+fn component(dir: &Path, name: &str, file: &str, extra: &str) -> Process {
+    let path = dir.join(format!("{file}.yaml"));
+    std::fs::write(&path, format!("{}{extra}", common_config(dir))).unwrap();
+    let mut cmd = Command::new(BIN);
+    cmd.args([name, "--config", path.to_str().unwrap()]);
+    Process::start_logged(cmd, &dir.join(format!("{file}.log")))
+}
+
+const OFF: &str = "  imaps:\n    enabled: false\n  pop3s:\n    enabled: false\n  submissions:\n    enabled: false\n";
+
+/// A backend and its login for `service`; returns the login's address.
+fn pair(
+    d: &Path,
+    procs: &mut Vec<Process>,
+    client: &str,
+    backend: &str,
+    login: &str,
+    service: &str,
+    suffix: &str,
+) -> String {
+    let label = format!("{service:<11} ");
+    let port = free_port();
+    let mut b = component(
+        d,
+        backend,
+        &format!("{backend}{suffix}"),
+        &format!(
+            "{client}services:\n  {service}:\n    address: 127.0.0.1\n    port: {port}\n{OFF}"
+        ),
+    );
+    let backend_addr = b.announced(&label).trim().to_string();
+    assert!(b.becomes_ready(), "{backend}{suffix} ready");
+    procs.push(b);
+    let lport = free_port();
+    let mut l = component(
+        d,
+        login,
+        &format!("{login}{suffix}"),
+        &format!(
+            "{client}services:\n  {service}:\n    address: 127.0.0.1\n    port: {lport}\n{OFF}\
+             login:\n  {service}:\n    backend_addr: {backend_addr}\n"
+        ),
+    );
+    let login_addr = l.announced(&label).trim().to_string();
+    assert!(l.becomes_ready(), "{login}{suffix} ready");
+    procs.push(l);
+    login_addr
+}
+
+const SCRIPT: &str = r#"
+import imaplib, os, smtplib, socket, threading, time
+
+def hp(name):
+    h, p = os.environ[name].rsplit(":", 1)
+    return h, int(p)
+
+# A session on backend A idles on INBOX.
+a = imaplib.IMAP4(*hp("IMAP_A"))
+a.login("alice", "secret")
+a.select("INBOX")
+tag = a._new_tag().decode()
+a.send(f"{tag} IDLE\r\n".encode())
+assert a.readline().startswith(b"+")
+
+# LMTP delivery through lmtp-login to the LMTP backend.
+t0 = time.time()
+s = smtplib.LMTP(*hp("LMTP"))
+s.sendmail("bob@example.org", ["alice"], b"Subject: via lmtp\r\n\r\nhello\r\n")
+s.quit()
+a.sock.settimeout(10)
+while True:
+    line = a.readline()
+    if line == b"* 1 EXISTS\r\n":
+        break
+print(f"idle on backend A saw the LMTP delivery after {time.time() - t0:.3f}s")
+a.sock.settimeout(None)
+a.send(b"DONE\r\n")
+while not a.readline().startswith(tag.encode()):
+    pass
+
+# Two writers through the two backends at once.
+N = 40
+def writer(name, label):
+    c = imaplib.IMAP4(*hp(name))
+    c.login("alice", "secret")
+    for i in range(N):
+        typ, data = c.append("INBOX", "", None, f"Subject: {label} {i}\r\nMessage-ID: <{label}{i}@x>\r\n\r\nbody\r\n".encode())
+        assert typ == "OK", data
+    c.logout()
+ts = [threading.Thread(target=writer, args=("IMAP_A", "a")), threading.Thread(target=writer, args=("IMAP_B", "b"))]
+for t in ts: t.start()
+for t in ts: t.join()
+
+b = imaplib.IMAP4(*hp("IMAP_B"))
+b.login("alice", "secret")
+for c in (a, b):
+    c.select("INBOX")
+    typ, data = c.uid("SEARCH", "ALL")
+    uids = data[0].split()
+    assert len(uids) == 2 * N + 1 and len(set(uids)) == len(uids), (len(uids), len(set(uids)))
+    typ, data = c.fetch("1:*", "(BODY.PEEK[HEADER.FIELDS (MESSAGE-ID)])")
+    ids = [d[1] for d in data if isinstance(d, tuple)]
+    assert len(set(ids)) == len(ids) == 2 * N + 1, len(set(ids))
+
+# A flag set through B reaches A at its next NOOP.
+b.store("2", "+FLAGS", "(\\Flagged)")
+typ, data = a.noop()
+flags = a.untagged_responses.get("FETCH", [])
+assert any(b"\\Flagged" in f for f in flags), flags
+print("standalone ok")
+"#;
+
+#[test]
+fn lmtp_reaches_an_idle_session_and_two_backends_share_one_volume() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("users"), "alice:{PLAIN}secret::::::\n").unwrap();
+    let mut procs = Vec::new();
+    let mut auth = component(d, "auth", "auth", "auth_service:\n  listen: 127.0.0.1:0\n");
+    let auth_addr = auth.announced("auth        ").trim().to_string();
+    procs.push(auth);
+    let locks = component(d, "locks", "locks", "");
+    assert!(locks.becomes_ready(), "locks ready");
+    procs.push(locks);
+    let client = format!("auth_client:\n  address: {auth_addr}\n");
+    let imap_a = pair(d, &mut procs, &client, "imap", "imap-login", "imap", "-a");
+    let imap_b = pair(d, &mut procs, &client, "imap", "imap-login", "imap", "-b");
+    let lmtp = pair(d, &mut procs, &client, "lmtp", "lmtp-login", "lmtp", "");
+    let out = Command::new("python3")
+        .args(["-c", SCRIPT])
+        .env("IMAP_A", &imap_a)
+        .env("IMAP_B", &imap_b)
+        .env("LMTP", &lmtp)
+        .output()
+        .expect("python3 is required: run scripts/setup-dev");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        stdout.contains("standalone ok"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{stdout}");
+    while let Some(p) = procs.pop() {
+        drop(p);
+    }
+}
