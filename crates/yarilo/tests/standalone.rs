@@ -1,7 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The standalone shape as real processes on loopback: `yarilo auth`,
-//! `yarilo locks`, two `yarilo imap` backends on one mail volume, each
-//! behind its own `imap-login`, and `yarilo lmtp` behind `lmtp-login`.
+//! `yarilo locks` in remote mode on a real `redis-server`, two `yarilo imap`
+//! backends on one mail volume, each behind its own `imap-login`, and
+//! `yarilo lmtp` behind `lmtp-login`. mbsync syncs through a login.
 //! A delivery through LMTP reaches an IDLE session on an IMAP backend
 //! (through the locks service's event channel), and two clients appending
 //! through the two backends at the same time leave every message once with
@@ -14,20 +15,23 @@ use std::process::Command;
 
 use common::{free_port, Process, BIN};
 
-fn common_config(dir: &Path) -> String {
+fn common_config(dir: &Path, locks: &str) -> String {
     format!(
         "general:\n  data_dir: {d}\n  hostname: test.invalid\n  xclient:\n    trusted_nets: [127.0.0.1/32]\n\
          auth:\n  disable_plaintext_auth: false\n  auth_failure_delay_seconds: 0\n\
          imap:\n  auth_failure_delay_seconds: 0\n\
-         locks_service:\n  mode: embedded\n  socket: {d}/locks.sock\n\
-         locks_client:\n  mode: embedded\n  socket: {d}/locks.sock\n",
+         locks_client:\n  mode: remote\n  endpoints: [{locks}]\n",
         d = dir.display()
     )
 }
 
+/// Address of the locks service (set once, before any component starts).
+static LOCKS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 fn component(dir: &Path, name: &str, file: &str, extra: &str) -> Process {
     let path = dir.join(format!("{file}.yaml"));
-    std::fs::write(&path, format!("{}{extra}", common_config(dir))).unwrap();
+    let locks = LOCKS.get().map(String::as_str).unwrap_or("");
+    std::fs::write(&path, format!("{}{extra}", common_config(dir, locks))).unwrap();
     let mut cmd = Command::new(BIN);
     cmd.args([name, "--config", path.to_str().unwrap()]);
     Process::start_logged(cmd, &dir.join(format!("{file}.log")))
@@ -143,10 +147,22 @@ fn lmtp_reaches_an_idle_session_and_two_backends_share_one_volume() {
     let d = dir.path();
     std::fs::write(d.join("users"), "alice:{PLAIN}secret::::::\n").unwrap();
     let mut procs = Vec::new();
+    // Locks on Redis, as in production (remote mode).
+    let redis = yarilo_testkit::RedisServer::start();
+    let locks_addr = format!("127.0.0.1:{}", free_port());
+    LOCKS.set(locks_addr.clone()).unwrap();
     let mut auth = component(d, "auth", "auth", "auth_service:\n  listen: 127.0.0.1:0\n");
     let auth_addr = auth.announced("auth        ").trim().to_string();
     procs.push(auth);
-    let locks = component(d, "locks", "locks", "");
+    let locks = component(
+        d,
+        "locks",
+        "locks",
+        &format!(
+            "locks_service:\n  mode: remote\n  listen: {locks_addr}\n  redis: {}\n",
+            redis.url()
+        ),
+    );
     assert!(locks.becomes_ready(), "locks ready");
     procs.push(locks);
     let client = format!("auth_client:\n  address: {auth_addr}\n");
@@ -167,7 +183,60 @@ fn lmtp_reaches_an_idle_session_and_two_backends_share_one_volume() {
         String::from_utf8_lossy(&out.stderr)
     );
     println!("{stdout}");
+
+    // mbsync through login B: a local Maildir with folders goes up, then
+    // a second sync changes nothing.
+    let local = d.join("local");
+    for f in ["INBOX", "Archive"] {
+        for sub in ["cur", "new", "tmp"] {
+            std::fs::create_dir_all(local.join(f).join(sub)).unwrap();
+        }
+    }
+    for i in 0..30 {
+        std::fs::write(
+            local
+                .join("Archive/cur")
+                .join(format!("17000000{i:02}.M{i}.local:2,S")),
+            format!("Subject: archived {i}\r\nMessage-ID: <ar{i}@local>\r\n\r\nold mail\r\n"),
+        )
+        .unwrap();
+    }
+    let (host, port) = imap_b.rsplit_once(':').unwrap();
+    let rc = d.join("mbsyncrc");
+    std::fs::write(
+        &rc,
+        format!(
+            "IMAPAccount y\nHost {host}\nPort {port}\nUser alice\nPass secret\nSSLType None\nAuthMechs LOGIN\n\n\
+             IMAPStore remote\nAccount y\n\n\
+             MaildirStore local\nPath {p}/\nInbox {p}/INBOX\nSubFolders Verbatim\n\n\
+             Channel c\nFar :remote:\nNear :local:\nPatterns *\nCreate Both\nSyncState *\n",
+            p = local.display()
+        ),
+    )
+    .unwrap();
+    for round in 0..2 {
+        let out = Command::new("mbsync")
+            .args(["-c", rc.to_str().unwrap(), "-a"])
+            .output()
+            .expect("mbsync not found: run scripts/setup-dev (isync)");
+        assert!(
+            out.status.success(),
+            "mbsync round {round}: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let count = |dir: &str| {
+        ["cur", "new"]
+            .iter()
+            .map(|s| std::fs::read_dir(local.join(dir).join(s)).unwrap().count())
+            .sum::<usize>()
+    };
+    // INBOX: the LMTP message and the 80 appends came down once each.
+    assert_eq!(count("INBOX"), 81);
+    assert_eq!(count("Archive"), 30);
     while let Some(p) = procs.pop() {
         drop(p);
     }
+    drop(redis);
 }
