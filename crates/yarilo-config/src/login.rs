@@ -30,6 +30,12 @@ pub struct Login {
     /// Bound on the PROXY header and the client TLS handshake (implicit
     /// TLS and STARTTLS), in seconds. Default 30.
     pub handshake_timeout_seconds: u64,
+    /// Cap on the delay a login proxy puts before answering a failed
+    /// authentication, from warden's per-IP failure count (`n` failures:
+    /// 2 s · 2^(n-1), at most this), in ms. 0 turns the warden delay off
+    /// (the protocol's own delay still applies). Only with
+    /// `warden_client.enabled`. Default 15000.
+    pub warden_penalty_max_delay_ms: u64,
     /// `imap-login` → `yarilo imap`.
     pub imap: LoginRoute,
     /// `pop3-login` → `yarilo pop3`.
@@ -49,6 +55,7 @@ impl Default for Login {
             backend_answer_timeout_ms: 30_000,
             preamble_timeout_ms: 5000,
             handshake_timeout_seconds: 30,
+            warden_penalty_max_delay_ms: 15_000,
             imap: LoginRoute::default(),
             pop3: LoginRoute::default(),
             submission: LoginRoute::default(),

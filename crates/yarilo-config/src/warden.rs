@@ -133,6 +133,11 @@ impl WardenService {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct WardenClient {
+    /// Whether login proxies talk to warden at all: CONNECT/DISCONNECT
+    /// per client connection, the auth-failure penalty, per-user session
+    /// limits and the kick bus. Off (default), a login process never
+    /// dials warden and enforces none of its limits.
+    pub enabled: bool,
     /// `host:port` of warden, tried in order with failover. Default
     /// `["127.0.0.1:9105"]`.
     pub endpoints: Vec<String>,
@@ -140,14 +145,16 @@ pub struct WardenClient {
     pub connect_timeout_ms: u64,
     /// Bound on one request's answer, in ms. Default 2000.
     pub request_timeout_ms: u64,
-    /// What a login proxy does when warden cannot be reached: true
-    /// (default) admits the connection (fail-open), false refuses it.
+    /// What a login proxy does when warden cannot be reached (no answer
+    /// within the timeouts): true (default) admits the connection or
+    /// session (fail-open), false refuses it.
     pub fail_open: bool,
 }
 
 impl Default for WardenClient {
     fn default() -> Self {
         WardenClient {
+            enabled: false,
             endpoints: vec!["127.0.0.1:9105".into()],
             connect_timeout_ms: 2000,
             request_timeout_ms: 2000,

@@ -1,8 +1,9 @@
 //! The hand-off every login shares once the auth service said yes: route,
 //! dial, send the preamble, wait for the backend's first line
 //! ([`open`]); then, when that line is the protocol's success, relay it
-//! and pipe until either side closes ([`proxy`]). What counts as success
-//! and what the client sees on a refusal is the protocol module's call.
+//! and pipe until either side closes or warden kicks the user
+//! ([`proxy`]). What counts as success and what the client sees on a
+//! refusal is the protocol module's call.
 
 use std::time::Instant;
 
@@ -15,6 +16,7 @@ use crate::metrics::{DirectionLabels, ProtocolLabel};
 use crate::pipe::pipe;
 use crate::preamble::HopPreamble;
 use crate::route::Router;
+use crate::warden::SessionGuard;
 use crate::{HopError, LoginMetrics, LoginSettings};
 
 /// A backend that has read the preamble and spoken first.
@@ -64,13 +66,17 @@ pub(crate) fn refused(protocol: &'static str, metrics: &LoginMetrics, user: &str
 
 /// Relays the backend's first line (and whatever followed it), forwards
 /// what the client pipelined after its login command, and pipes both
-/// ways until the session ends.
+/// ways until the session ends — or until a kick for the user arrives
+/// (`session`), which drops both connections without a word: the pipe may
+/// be in the middle of a response, so no protocol goodbye can be written
+/// safely. (Bytes of a kicked session are not counted.)
 pub(crate) async fn proxy<C>(
     protocol: &'static str,
     metrics: &LoginMetrics,
     client: &mut C,
     mut backend: Backend,
     pipelined: Vec<u8>,
+    session: &SessionGuard,
 ) -> std::io::Result<()>
 where
     C: AsyncRead + AsyncWrite + Unpin + ?Sized,
@@ -92,8 +98,16 @@ where
         .get_or_create(&ProtocolLabel { protocol })
         .clone();
     gauge.inc();
-    let piped = pipe(client, &mut backend.stream).await;
+    let piped = tokio::select! {
+        p = pipe(client, &mut backend.stream) => Some(p),
+        _ = session.kicked() => None,
+    };
     gauge.dec();
+    let Some(piped) = piped else {
+        session.count_kick();
+        tracing::info!(backend = %backend.addr, "session kicked; connection closed");
+        return Ok(());
+    };
     let count = |direction, n: u64| {
         metrics
             .bytes

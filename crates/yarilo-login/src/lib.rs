@@ -19,6 +19,11 @@
 //!    with the backend's own CAPABILITY list;
 //! 5. [`pipe`] copies bytes both ways until either side closes.
 //!
+//! With `warden_client.enabled`, [`warden`] adds CONNECT before the
+//! greeting, the auth-failure penalty, a per-user SESSION_START before
+//! step 4 and the kick bus that ends a piped session (`imap-login`,
+//! `pop3-login`, `submission-login`).
+//!
 //! On the backend, [`gate`] admits a connection only from a trusted login
 //! peer (internal mTLS role `login`, or `general.xclient.trusted_nets` when
 //! mTLS is off), reads one bounded preamble with a timeout and VERIFYs it.
@@ -50,9 +55,11 @@ pub mod preamble;
 pub mod route;
 mod settings;
 pub mod submission;
+pub mod warden;
 
 pub use metrics::LoginMetrics;
 pub use settings::LoginSettings;
+pub use warden::LoginWarden;
 
 /// Why a login could not be handed to a backend. Each variant says who is
 /// at fault; all of them leave the client connection usable in the

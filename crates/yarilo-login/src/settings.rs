@@ -28,6 +28,9 @@ pub struct LoginSettings {
     /// `pop3.login_greeting`; IMAP and SMTP build theirs from
     /// `hostname`).
     pub greeting: String,
+    /// POP3: `IMPLEMENTATION` in CAPA (`pop3.implementation`); empty
+    /// hides it.
+    pub implementation: String,
     /// Malformed or out-of-state commands before the connection closes.
     pub max_bad_commands: u32,
     /// SMTP: `SIZE` advertised before AUTH (the backend's
@@ -55,6 +58,7 @@ impl LoginSettings {
             max_line: c.imap.max_line_length.min(16 * 1024),
             max_literal: 8 * 1024,
             greeting: String::new(),
+            implementation: String::new(),
             max_bad_commands: 10,
             max_message_size: 0,
             max_recipients: 0,
@@ -76,6 +80,7 @@ impl LoginSettings {
             max_line: c.pop3.max_line_length.clamp(512, 16 * 1024),
             max_literal: 0,
             greeting: c.pop3.login_greeting.clone(),
+            implementation: c.pop3.implementation.clone(),
             max_bad_commands: c.pop3.max_bad_commands.max(1),
             max_message_size: 0,
             max_recipients: 0,
@@ -102,6 +107,7 @@ impl LoginSettings {
             max_line: s.max_line_length.clamp(512, 16 * 1024),
             max_literal: 0,
             greeting: String::new(),
+            implementation: String::new(),
             max_bad_commands: if s.max_bad_commands == 0 {
                 u32::MAX
             } else {
@@ -130,6 +136,7 @@ impl LoginSettings {
             max_line: l.max_line_length.clamp(512, 16 * 1024),
             max_literal: 0,
             greeting: String::new(),
+            implementation: String::new(),
             max_bad_commands: l.max_bad_commands.max(1),
             max_message_size: if l.max_message_size == 0 {
                 DEFAULT_LMTP_BUFFER

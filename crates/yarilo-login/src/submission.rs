@@ -15,6 +15,13 @@
 //! backend's extensions (from the same `submission.*` keys) besides AUTH
 //! and STARTTLS. A backend that cannot be reached or refuses gives
 //! `454 4.7.0` (or its own 4xx/5xx line); the client stays unauthenticated.
+//!
+//! Warden ([`crate::warden`]): a connection refused by CONNECT gets
+//! `421 4.7.0 <host> Too many connections` (or `Too many failed logins`)
+//! instead of the 220 greeting (RFC 5321 §3.1 allows 421 in its place); an
+//! AUTH refused by SESSION_START gets `454 4.7.0 Too many sessions for
+//! this user` (RFC 4954 §6: temporary failure) and the client stays
+//! unauthenticated; a kick closes the piped connection.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -34,7 +41,9 @@ use crate::handoff::{self, session_id};
 use crate::lines::{Line, LineConn, LineError};
 use crate::preamble::{valid_helo, HopPreamble};
 use crate::route::Router;
-use crate::{LoginMetrics, LoginSettings};
+use crate::warden::{ConnectionGuard, WardenRefusal};
+use crate::{LoginMetrics, LoginSettings, LoginWarden};
+use yarilo_warden::Refusal;
 
 const PROTO: &str = "submission";
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
@@ -51,6 +60,7 @@ pub struct SubmissionLoginServer {
     hop_tls: Option<InternalTls>,
     starttls: Option<TlsAcceptor>,
     metrics: LoginMetrics,
+    warden: LoginWarden,
 }
 
 impl SubmissionLoginServer {
@@ -60,6 +70,7 @@ impl SubmissionLoginServer {
         router: Router,
         hop_tls: Option<InternalTls>,
         starttls: Option<TlsAcceptor>,
+        warden: LoginWarden,
         registry: &mut Registry,
     ) -> Arc<SubmissionLoginServer> {
         Arc::new(SubmissionLoginServer {
@@ -69,6 +80,7 @@ impl SubmissionLoginServer {
             hop_tls,
             starttls,
             metrics: LoginMetrics::register(registry),
+            warden,
         })
     }
 
@@ -89,6 +101,7 @@ impl SubmissionLoginServer {
             helo: None,
             failures: 0,
             bad: 0,
+            counted: None,
             server: self,
         };
         async move {
@@ -115,6 +128,9 @@ struct Session {
     helo: Option<String>,
     failures: u32,
     bad: u32,
+    /// Warden's count of this pre-auth connection; released at the
+    /// hand-off (the session is counted instead) or when it ends.
+    counted: Option<ConnectionGuard>,
 }
 
 impl Session {
@@ -124,6 +140,27 @@ impl Session {
 
     async fn serve(&mut self) -> Result<(), LineError> {
         let host = self.server.settings.hostname.clone();
+        match self.server.warden.connect(&self.id, self.peer.ip()).await {
+            Ok(guard) => self.counted = Some(guard),
+            Err(why) => {
+                tracing::info!(refusal = ?why, "connection refused by warden");
+                let reply = match why {
+                    WardenRefusal::Limit(Refusal::Penalty) => {
+                        r(421, (4, 7, 0), format!("{host} Too many failed logins"))
+                    }
+                    WardenRefusal::Limit(_) => {
+                        r(421, (4, 7, 0), format!("{host} Too many connections"))
+                    }
+                    WardenRefusal::Unavailable => r(
+                        421,
+                        (4, 3, 0),
+                        format!("{host} Service temporarily unavailable"),
+                    ),
+                };
+                self.send(&reply);
+                return self.conn.flush().await;
+            }
+        }
         self.send(&Reply::plain(220, format!("{host} yarilo ESMTP ready")));
         loop {
             let line = match self.conn.next_line().await {
@@ -322,6 +359,7 @@ impl Session {
                 }
                 AuthReply::Success(ok) => {
                     self.server.metrics.login(PROTO, "ok");
+                    self.server.warden.auth_succeeded(self.peer.ip());
                     if let Some(extra) = &ok.additional {
                         // RFC 4954 §4: additional data in a 334, answered
                         // with an empty line.
@@ -333,13 +371,20 @@ impl Session {
                     }
                     return self.hand_off(ok, helo).await;
                 }
-                AuthReply::Failure(f) => return Ok(self.auth_failed(f)),
+                AuthReply::Failure(f) => return self.auth_failed(f).await,
             }
         }
     }
 
-    fn auth_failed(&mut self, f: AuthFailure) -> Step {
+    async fn auth_failed(&mut self, f: AuthFailure) -> Result<Step, LineError> {
         self.server.metrics.login(PROTO, f.kind.as_str());
+        if f.kind == FailureKind::BadCredentials {
+            let delay = self.server.warden.auth_failed(self.peer.ip()).await;
+            if !delay.is_zero() {
+                self.conn.flush().await?;
+                tokio::time::sleep(delay).await;
+            }
+        }
         tracing::info!(reason = f.kind.as_str(), user = ?f.user, "login failed");
         let reply = match f.kind {
             FailureKind::Temporary => r(454, (4, 7, 0), f.message),
@@ -353,20 +398,37 @@ impl Session {
         };
         self.send(&reply);
         if f.kind == FailureKind::Temporary {
-            return Step::Continue;
+            return Ok(Step::Continue);
         }
         self.failures += 1;
         if self.failures >= self.server.settings.max_auth_failures {
             let host = &self.server.settings.hostname;
             let reply = r(421, (4, 7, 0), format!("{host} Too many failed logins"));
             self.send(&reply);
-            return Step::Close;
+            return Ok(Step::Close);
         }
-        self.bad()
+        Ok(self.bad())
     }
 
     async fn hand_off(&mut self, ok: AuthSuccess, helo: String) -> Result<Step, LineError> {
         let server = self.server.clone();
+        let session = match server
+            .warden
+            .start_session(&self.id, &ok.user, self.peer.ip())
+            .await
+        {
+            Ok(s) => s,
+            Err(why) => {
+                tracing::info!(user = %ok.user, refusal = ?why, "session refused by warden");
+                self.send(&match why {
+                    WardenRefusal::Limit(_) => r(454, (4, 7, 0), "Too many sessions for this user"),
+                    WardenRefusal::Unavailable => {
+                        r(454, (4, 7, 0), "Account is temporarily unavailable")
+                    }
+                });
+                return Ok(Step::Continue);
+            }
+        };
         // The backend refuses a preamble whose HELO could not be an EHLO
         // argument; the parser already bounds it, this keeps the rule in
         // one place.
@@ -419,6 +481,9 @@ impl Session {
             return Ok(Step::Continue);
         }
         tracing::info!(user = %ok.user, "logged in");
+        if let Some(counted) = self.counted.take() {
+            counted.release();
+        }
         self.conn.flush().await?;
         let pipelined = self.conn.lines.take_rest();
         handoff::proxy(
@@ -427,6 +492,7 @@ impl Session {
             &mut self.conn.stream,
             backend,
             pipelined,
+            &session,
         )
         .await?;
         Ok(Step::Close)

@@ -188,16 +188,10 @@ pub fn pop3_login(args: ComponentArgs) -> anyhow::Result<ExitCode> {
             _ => Some(acceptor.clone()),
         };
         let handshake_timeout = settings.handshake_timeout;
-        let implementation = config.pop3.implementation.clone();
+        let warden = login_warden(&ctx, "pop3")?;
         let server = ctx.metrics.register(|r| {
             yarilo_login::pop3::Pop3LoginServer::new(
-                settings,
-                auth,
-                router,
-                hop_tls,
-                starttls,
-                implementation,
-                r,
+                settings, auth, router, hop_tls, starttls, warden, r,
             )
         });
         let listen = login_listen(&ctx, acceptor, handshake_timeout);
@@ -300,9 +294,10 @@ pub fn submission_login(args: ComponentArgs) -> anyhow::Result<ExitCode> {
             _ => Some(acceptor.clone()),
         };
         let handshake_timeout = settings.handshake_timeout;
+        let warden = login_warden(&ctx, "submission")?;
         let server = ctx.metrics.register(|r| {
             yarilo_login::submission::SubmissionLoginServer::new(
-                settings, auth, router, hop_tls, starttls, r,
+                settings, auth, router, hop_tls, starttls, warden, r,
             )
         });
         let listen = login_listen(&ctx, acceptor, handshake_timeout);
@@ -401,6 +396,28 @@ pub fn lmtp_login(args: ComponentArgs) -> anyhow::Result<ExitCode> {
         ctx.life.stopped().await;
         Ok(())
     })
+}
+
+/// Warden for a login process (`warden_client.*`; off unless
+/// `warden_client.enabled`). `lmtp-login` does not use it: see
+/// `docs/login.md`.
+fn login_warden(
+    ctx: &Context,
+    protocol: &'static str,
+) -> anyhow::Result<yarilo_login::LoginWarden> {
+    let warden = ctx
+        .metrics
+        .register(|r| yarilo_login::LoginWarden::from_config(&ctx.config, protocol, r))
+        .context("warden_client")?;
+    if warden.is_enabled() {
+        let w = &ctx.config.warden_client;
+        tracing::info!(
+            endpoints = ?w.endpoints,
+            fail_open = w.fail_open,
+            "warden limits, penalty and kicks on"
+        );
+    }
+    Ok(warden)
 }
 
 /// The client-facing listener context of a login process.
@@ -522,8 +539,11 @@ pub fn imap_login(args: ComponentArgs) -> anyhow::Result<ExitCode> {
             _ => Some(acceptor.clone()),
         };
         let handshake_timeout = settings.handshake_timeout;
+        let warden = login_warden(&ctx, "imap")?;
         let server = ctx.metrics.register(|r| {
-            yarilo_login::imap::ImapLoginServer::new(settings, auth, router, hop_tls, starttls, r)
+            yarilo_login::imap::ImapLoginServer::new(
+                settings, auth, router, hop_tls, starttls, warden, r,
+            )
         });
         let listen = yarilo_login::listen::ListenContext {
             general: config.general.clone(),

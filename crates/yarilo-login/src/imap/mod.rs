@@ -12,6 +12,12 @@
 //! the post-login capability list is the backend's. When the backend
 //! cannot be reached or refuses, the client gets
 //! `<tag> NO [UNAVAILABLE]` and stays not authenticated.
+//!
+//! Warden ([`crate::warden`]): a connection refused by CONNECT gets
+//! `* BYE [UNAVAILABLE] Too many connections` (or `Too many failed
+//! logins`) instead of the greeting; a login refused by SESSION_START gets
+//! `<tag> NO [LIMIT] Too many sessions for this user.` (RFC 5530 §3) and
+//! stays not authenticated; a kick closes the piped connection.
 
 mod framer;
 mod session;
@@ -25,7 +31,7 @@ use yarilo_listener::ClientConn;
 use yarilo_tls::internal::InternalTls;
 
 use crate::route::Router;
-use crate::{LoginMetrics, LoginSettings};
+use crate::{LoginMetrics, LoginSettings, LoginWarden};
 
 /// What every `imap-login` session of the process shares.
 pub struct ImapLoginServer {
@@ -37,6 +43,8 @@ pub struct ImapLoginServer {
     /// Client certificates for STARTTLS; `None`: not offered.
     pub(crate) starttls: Option<TlsAcceptor>,
     pub(crate) metrics: LoginMetrics,
+    /// Connection and session limits, penalty, kicks (`warden_client`).
+    pub(crate) warden: LoginWarden,
 }
 
 impl ImapLoginServer {
@@ -46,6 +54,7 @@ impl ImapLoginServer {
         router: Router,
         hop_tls: Option<InternalTls>,
         starttls: Option<TlsAcceptor>,
+        warden: LoginWarden,
         registry: &mut Registry,
     ) -> Arc<ImapLoginServer> {
         Arc::new(ImapLoginServer {
@@ -55,6 +64,7 @@ impl ImapLoginServer {
             hop_tls,
             starttls,
             metrics: LoginMetrics::register(registry),
+            warden,
         })
     }
 

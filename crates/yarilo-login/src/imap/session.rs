@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::Duration;
 
 use base64::Engine;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -17,11 +17,10 @@ use yarilo_wire::Preamble;
 
 use super::framer::{Frame, Framer};
 use super::ImapLoginServer;
-use crate::hop::{dial, send_preamble};
-use crate::metrics::{DirectionLabels, ProtocolLabel};
-use crate::pipe::pipe;
+use crate::handoff;
 use crate::preamble::HopPreamble;
-use crate::HopError;
+use crate::warden::{ConnectionGuard, WardenRefusal};
+use yarilo_warden::Refusal;
 
 const PROTO: &str = "imap";
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
@@ -52,6 +51,9 @@ pub(super) struct Session {
     out: Vec<u8>,
     failures: u32,
     bad_in_row: u32,
+    /// Warden's count of this pre-auth connection; released at the
+    /// hand-off (the session is counted instead) or when it ends.
+    counted: Option<ConnectionGuard>,
 }
 
 fn session_id() -> String {
@@ -72,6 +74,7 @@ impl Session {
             out: Vec::new(),
             failures: 0,
             bad_in_row: 0,
+            counted: None,
             server,
         }
     }
@@ -130,6 +133,24 @@ impl Session {
     }
 
     async fn serve(&mut self) -> std::io::Result<()> {
+        match self.server.warden.connect(&self.id, self.peer.ip()).await {
+            Ok(guard) => self.counted = Some(guard),
+            Err(why) => {
+                tracing::info!(refusal = ?why, "connection refused by warden");
+                let text = match why {
+                    WardenRefusal::Limit(Refusal::Penalty) => "Too many failed logins",
+                    WardenRefusal::Limit(_) => "Too many connections",
+                    WardenRefusal::Unavailable => "Server temporarily unavailable",
+                };
+                self.send(&Response::Status {
+                    tag: None,
+                    kind: StatusKind::Bye,
+                    code: Some(Code::Unavailable),
+                    text: text.into(),
+                });
+                return self.flush().await;
+            }
+        }
         let caps = self.capabilities().await;
         self.send(&Response::Status {
             tag: None,
@@ -388,6 +409,7 @@ impl Session {
         match reply {
             AuthReply::Success(ok) => {
                 self.server.metrics.login(PROTO, "ok");
+                self.server.warden.auth_succeeded(self.peer.ip());
                 // SASL data with success (SCRAM server-final) goes in a
                 // continuation the client answers with an empty line
                 // (RFC 9051 §6.2.2).
@@ -434,11 +456,18 @@ impl Session {
             _ => (Code::AuthenticationFailed, "Authentication failed.".into()),
         };
         self.failures += 1;
-        if f.kind != FailureKind::Temporary && !self.server.settings.auth_failure_delay.is_zero() {
-            // Slow guessing on this connection; the auth service also
-            // penalises the address across connections.
+        let mut delay = Duration::ZERO;
+        if f.kind != FailureKind::Temporary {
+            // Slow guessing on this connection; the auth service and
+            // warden also penalise the address across connections.
+            delay = self.server.settings.auth_failure_delay;
+        }
+        if f.kind == FailureKind::BadCredentials {
+            delay = delay.max(self.server.warden.auth_failed(self.peer.ip()).await);
+        }
+        if !delay.is_zero() {
             self.flush().await?;
-            tokio::time::sleep(self.server.settings.auth_failure_delay).await;
+            tokio::time::sleep(delay).await;
         }
         self.send(&Response::no(tag, Some(code), text));
         if self.failures >= self.server.settings.max_auth_failures {
@@ -448,11 +477,29 @@ impl Session {
         Ok(Step::Continue)
     }
 
-    /// Routes, dials, sends the preamble and — when the backend's first
-    /// line is the tagged OK — relays it and pipes until the end.
+    /// Asks warden for a session slot, routes, dials, sends the preamble
+    /// and — when the backend's first line is the tagged OK — relays it
+    /// and pipes until the end.
     async fn hand_off(&mut self, tag: String, ok: AuthSuccess) -> std::io::Result<Step> {
-        let started = Instant::now();
-        let settings = &self.server.settings;
+        let server = self.server.clone();
+        let session = match server
+            .warden
+            .start_session(&self.id, &ok.user, self.peer.ip())
+            .await
+        {
+            Ok(s) => s,
+            Err(why) => {
+                tracing::info!(user = %ok.user, refusal = ?why, "session refused by warden");
+                let (code, text) = match why {
+                    WardenRefusal::Limit(_) => (Code::Limit, "Too many sessions for this user."),
+                    WardenRefusal::Unavailable => {
+                        (Code::Unavailable, "Account is temporarily unavailable.")
+                    }
+                };
+                self.send(&Response::no(tag, Some(code), text));
+                return Ok(Step::Continue);
+            }
+        };
         let hop = HopPreamble {
             preamble: Preamble {
                 addr: self.peer.ip(),
@@ -463,23 +510,19 @@ impl Session {
             tag: Some(tag.clone()),
             helo: None,
         };
-        let attempt = async {
-            let addr = self.server.router.backend_for(&ok.user, &ok.fields).await?;
-            let mut up = dial(
-                &addr,
-                self.server.hop_tls.as_ref(),
-                settings.connect_timeout,
-            )
-            .await?;
-            let first =
-                send_preamble(&mut up, &addr, &hop, settings.backend_answer_timeout).await?;
-            Ok::<_, HopError>((addr, up, first))
-        };
-        let (addr, mut up, first) = match attempt.await {
-            Ok(x) => x,
-            Err(e) => {
-                self.server.metrics.handoff(PROTO, e.label());
-                tracing::warn!(user = %ok.user, error = %e, "hand-off failed");
+        let backend = match handoff::open(
+            PROTO,
+            &server.router,
+            server.hop_tls.as_ref(),
+            &server.settings,
+            &server.metrics,
+            &hop,
+            &ok.fields,
+        )
+        .await
+        {
+            Ok(b) => b,
+            Err(_) => {
                 self.send(&Response::no(
                     tag,
                     Some(Code::Unavailable),
@@ -489,14 +532,14 @@ impl Session {
             }
         };
         let expected = format!("{tag} OK");
-        let answered_ok = first.line.starts_with(expected.as_bytes())
-            && matches!(first.line.get(expected.len()), Some(b' ') | Some(b'\r'));
+        let line = &backend.first.line;
+        let answered_ok = line.starts_with(expected.as_bytes())
+            && matches!(line.get(expected.len()), Some(b' ') | Some(b'\r'));
         if !answered_ok {
-            self.server.metrics.handoff(PROTO, "refused");
-            tracing::warn!(user = %ok.user, backend = %addr, "backend refused the session");
-            if first.line.starts_with(format!("{tag} ").as_bytes()) {
+            handoff::refused(PROTO, &server.metrics, &ok.user, &backend);
+            if line.starts_with(format!("{tag} ").as_bytes()) {
                 // The backend's own answer to the login (NO [UNAVAILABLE]…).
-                self.out.extend_from_slice(&first.line);
+                self.out.extend_from_slice(line);
             } else {
                 self.send(&Response::no(
                     tag,
@@ -506,47 +549,23 @@ impl Session {
             }
             return Ok(Step::Continue);
         }
-        let m = self.server.metrics.clone();
-        m.handoff(PROTO, "ok");
-        m.handoff_seconds
-            .get_or_create(&ProtocolLabel { protocol: PROTO })
-            .observe(started.elapsed().as_secs_f64());
-        tracing::info!(user = %ok.user, backend = %addr, "proxying");
-        self.out.extend_from_slice(&first.line);
-        self.out.extend_from_slice(&first.rest);
+        tracing::info!(user = %ok.user, "logged in");
+        // From here on warden counts the session, not a pre-auth
+        // connection.
+        if let Some(counted) = self.counted.take() {
+            counted.release();
+        }
         self.flush().await?;
         let pipelined = self.framer.take_rest();
-        if !pipelined.is_empty() {
-            up.write_all(&pipelined).await?;
-        }
-        let gauge = m
-            .proxied
-            .get_or_create(&ProtocolLabel { protocol: PROTO })
-            .clone();
-        gauge.inc();
-        let piped = pipe(&mut self.stream, &mut up).await;
-        gauge.dec();
-        let count = |direction, n: u64| {
-            m.bytes
-                .get_or_create(&DirectionLabels {
-                    protocol: PROTO,
-                    direction,
-                })
-                .inc_by(n)
-        };
-        count("upstream", pipelined.len() as u64);
-        match piped {
-            Ok(p) => {
-                count("upstream", p.upstream);
-                count("downstream", p.downstream);
-                tracing::info!(
-                    upstream = p.upstream,
-                    downstream = p.downstream,
-                    "proxy ended"
-                );
-            }
-            Err(e) => tracing::info!(error = %e, "proxy ended"),
-        }
+        handoff::proxy(
+            PROTO,
+            &server.metrics,
+            &mut self.stream,
+            backend,
+            pipelined,
+            &session,
+        )
+        .await?;
         Ok(Step::Close)
     }
 }

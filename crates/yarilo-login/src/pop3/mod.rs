@@ -13,6 +13,13 @@
 //! `+OK`), and that line is relayed. When the backend cannot be reached
 //! or answers `-ERR` (mailbox locked, store down), the client gets that
 //! `-ERR` (or `-ERR [SYS/TEMP]`) and stays in AUTHORIZATION.
+//!
+//! Warden ([`crate::warden`]): a connection refused by CONNECT gets
+//! `-ERR [SYS/TEMP] Too many connections` (or `Too many failed logins`)
+//! instead of the greeting; a login refused by SESSION_START gets `-ERR
+//! [IN-USE] Too many sessions for this user.` (RFC 2449 §8.1.2: the
+//! maildrop is busy with other sessions) and stays in AUTHORIZATION; a
+//! kick closes the piped connection.
 
 mod session;
 
@@ -25,7 +32,7 @@ use yarilo_listener::ClientConn;
 use yarilo_tls::internal::InternalTls;
 
 use crate::route::Router;
-use crate::{LoginMetrics, LoginSettings};
+use crate::{LoginMetrics, LoginSettings, LoginWarden};
 
 /// What every `pop3-login` session of the process shares.
 pub struct Pop3LoginServer {
@@ -35,9 +42,9 @@ pub struct Pop3LoginServer {
     pub(crate) hop_tls: Option<InternalTls>,
     /// STLS certificate; `None`: not offered.
     pub(crate) starttls: Option<TlsAcceptor>,
-    /// `IMPLEMENTATION` in CAPA (`pop3.implementation`); empty hides it.
-    pub(crate) implementation: String,
     pub(crate) metrics: LoginMetrics,
+    /// Connection and session limits, penalty, kicks (`warden_client`).
+    pub(crate) warden: LoginWarden,
 }
 
 impl Pop3LoginServer {
@@ -47,7 +54,7 @@ impl Pop3LoginServer {
         router: Router,
         hop_tls: Option<InternalTls>,
         starttls: Option<TlsAcceptor>,
-        implementation: String,
+        warden: LoginWarden,
         registry: &mut Registry,
     ) -> Arc<Pop3LoginServer> {
         Arc::new(Pop3LoginServer {
@@ -56,8 +63,8 @@ impl Pop3LoginServer {
             router,
             hop_tls,
             starttls,
-            implementation,
             metrics: LoginMetrics::register(registry),
+            warden,
         })
     }
 

@@ -15,6 +15,8 @@ use super::Pop3LoginServer;
 use crate::handoff::{self, session_id};
 use crate::lines::{Line, Lines};
 use crate::preamble::HopPreamble;
+use crate::warden::{ConnectionGuard, WardenRefusal};
+use yarilo_warden::Refusal;
 
 const PROTO: &str = "pop3";
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
@@ -41,6 +43,9 @@ pub(super) struct Session {
     user: Option<String>,
     failures: u32,
     bad: u32,
+    /// Warden's count of this pre-auth connection; released at the
+    /// hand-off (the session is counted instead) or when it ends.
+    counted: Option<ConnectionGuard>,
 }
 
 impl Session {
@@ -55,6 +60,7 @@ impl Session {
             user: None,
             failures: 0,
             bad: 0,
+            counted: None,
             server,
         }
     }
@@ -117,6 +123,20 @@ impl Session {
     }
 
     async fn serve(&mut self) -> std::io::Result<()> {
+        match self.server.warden.connect(&self.id, self.peer.ip()).await {
+            Ok(guard) => self.counted = Some(guard),
+            Err(why) => {
+                tracing::info!(refusal = ?why, "connection refused by warden");
+                self.reply(match why {
+                    WardenRefusal::Limit(Refusal::Penalty) => {
+                        "-ERR [SYS/TEMP] Too many failed logins"
+                    }
+                    WardenRefusal::Limit(_) => "-ERR [SYS/TEMP] Too many connections",
+                    WardenRefusal::Unavailable => "-ERR [SYS/TEMP] Server temporarily unavailable",
+                });
+                return self.flush().await;
+            }
+        }
         let greeting = format!("+OK {}", self.server.settings.greeting);
         self.reply(&greeting);
         while let Some(line) = self.next_line().await? {
@@ -247,8 +267,11 @@ impl Session {
         if self.server.starttls.is_some() && !self.secured() {
             lines.push("STLS".into());
         }
-        if !self.server.implementation.is_empty() {
-            lines.push(format!("IMPLEMENTATION {}", self.server.implementation));
+        if !self.server.settings.implementation.is_empty() {
+            lines.push(format!(
+                "IMPLEMENTATION {}",
+                self.server.settings.implementation
+            ));
         }
         lines.push(".".into());
         for l in lines {
@@ -363,6 +386,7 @@ impl Session {
         match reply {
             AuthReply::Success(ok) => {
                 self.server.metrics.login(PROTO, "ok");
+                self.server.warden.auth_succeeded(self.peer.ip());
                 // RFC 5034 §4: additional data with success goes in a
                 // last challenge the client answers with an empty line.
                 if let Some(data) = &ok.additional {
@@ -378,18 +402,29 @@ impl Session {
                 }
                 self.hand_off(ok).await
             }
-            AuthReply::Failure(f) => Ok(self.auth_failed(f)),
-            AuthReply::Continue(_) => Ok(self.auth_failed(AuthFailure {
-                kind: FailureKind::Malformed,
-                message: "Authentication failed.".into(),
-                user: None,
-            })),
+            AuthReply::Failure(f) => self.auth_failed(f).await,
+            AuthReply::Continue(_) => {
+                self.auth_failed(AuthFailure {
+                    kind: FailureKind::Malformed,
+                    message: "Authentication failed.".into(),
+                    user: None,
+                })
+                .await
+            }
         }
     }
 
-    /// Same replies as the POP3 service's own (RFC 3206 codes).
-    fn auth_failed(&mut self, f: AuthFailure) -> Step {
+    /// Same replies as the POP3 service's own (RFC 3206 codes), after
+    /// warden's penalty delay for a wrong password.
+    async fn auth_failed(&mut self, f: AuthFailure) -> std::io::Result<Step> {
         self.server.metrics.login(PROTO, f.kind.as_str());
+        if f.kind == FailureKind::BadCredentials {
+            let delay = self.server.warden.auth_failed(self.peer.ip()).await;
+            if !delay.is_zero() {
+                self.flush().await?;
+                tokio::time::sleep(delay).await;
+            }
+        }
         tracing::info!(reason = f.kind.as_str(), user = ?f.user, "login failed");
         let (line, counts) = match f.kind {
             FailureKind::Temporary => (format!("-ERR [SYS/TEMP] {}", f.message), false),
@@ -407,16 +442,31 @@ impl Session {
             self.failures += 1;
             if self.failures >= self.server.settings.max_auth_failures {
                 self.reply("-ERR Too many invalid authentication attempts.");
-                return Step::Close;
+                return Ok(Step::Close);
             }
         }
-        Step::Continue
+        Ok(Step::Continue)
     }
 
     /// Dials the backend; when its first line is `+OK`, relays it and
     /// pipes until the end. Otherwise the client stays in AUTHORIZATION.
     async fn hand_off(&mut self, ok: AuthSuccess) -> std::io::Result<Step> {
         let server = self.server.clone();
+        let session = match server
+            .warden
+            .start_session(&self.id, &ok.user, self.peer.ip())
+            .await
+        {
+            Ok(s) => s,
+            Err(why) => {
+                tracing::info!(user = %ok.user, refusal = ?why, "session refused by warden");
+                self.reply(match why {
+                    WardenRefusal::Limit(_) => "-ERR [IN-USE] Too many sessions for this user.",
+                    WardenRefusal::Unavailable => UNAVAILABLE,
+                });
+                return Ok(Step::Continue);
+            }
+        };
         let hop = HopPreamble {
             preamble: Preamble {
                 addr: self.peer.ip(),
@@ -455,9 +505,20 @@ impl Session {
             return Ok(Step::Continue);
         }
         tracing::info!(user = %ok.user, "logged in");
+        if let Some(counted) = self.counted.take() {
+            counted.release();
+        }
         self.flush().await?;
         let pipelined = self.lines.take_rest();
-        handoff::proxy(PROTO, &server.metrics, &mut self.stream, backend, pipelined).await?;
+        handoff::proxy(
+            PROTO,
+            &server.metrics,
+            &mut self.stream,
+            backend,
+            pipelined,
+            &session,
+        )
+        .await?;
         Ok(Step::Close)
     }
 }
