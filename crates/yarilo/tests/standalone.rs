@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The standalone shape as real processes on loopback: `yarilo auth`,
+//! `yarilo warden` (the logins count connections and sessions there),
 //! `yarilo locks` in remote mode on a real `redis-server`, two `yarilo imap`
 //! backends on one mail volume, each behind its own `imap-login`, and
 //! `yarilo lmtp` behind `lmtp-login`. mbsync syncs through a login.
@@ -16,17 +17,21 @@ use std::process::Command;
 use common::{free_port, Process, BIN};
 
 fn common_config(dir: &Path, locks: &str) -> String {
+    let warden = WARDEN.get().map(String::as_str).unwrap_or("");
     format!(
         "general:\n  data_dir: {d}\n  hostname: test.invalid\n  xclient:\n    trusted_nets: [127.0.0.1/32]\n\
          auth:\n  disable_plaintext_auth: false\n  auth_failure_delay_seconds: 0\n\
          imap:\n  auth_failure_delay_seconds: 0\n\
-         locks_client:\n  mode: remote\n  endpoints: [{locks}]\n",
+         locks_client:\n  mode: remote\n  endpoints: [{locks}]\n\
+         warden_client:\n  enabled: true\n  fail_open: false\n  endpoints: [\"{warden}\"]\n",
         d = dir.display()
     )
 }
 
 /// Address of the locks service (set once, before any component starts).
 static LOCKS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+/// Address of the warden service.
+static WARDEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 fn component(dir: &Path, name: &str, file: &str, extra: &str) -> Process {
     let path = dir.join(format!("{file}.yaml"));
@@ -151,6 +156,8 @@ fn lmtp_reaches_an_idle_session_and_two_backends_share_one_volume() {
     let redis = yarilo_testkit::RedisServer::start();
     let locks_addr = format!("127.0.0.1:{}", free_port());
     LOCKS.set(locks_addr.clone()).unwrap();
+    let warden_addr = format!("127.0.0.1:{}", free_port());
+    WARDEN.set(warden_addr.clone()).unwrap();
     let mut auth = component(d, "auth", "auth", "auth_service:\n  listen: 127.0.0.1:0\n");
     let auth_addr = auth.announced("auth        ").trim().to_string();
     procs.push(auth);
@@ -165,6 +172,14 @@ fn lmtp_reaches_an_idle_session_and_two_backends_share_one_volume() {
     );
     assert!(locks.becomes_ready(), "locks ready");
     procs.push(locks);
+    let warden = component(
+        d,
+        "warden",
+        "warden",
+        &format!("warden_service:\n  listen: {warden_addr}\n"),
+    );
+    assert!(warden.becomes_ready(), "warden ready");
+    procs.push(warden);
     let client = format!("auth_client:\n  address: {auth_addr}\n");
     let imap_a = pair(d, &mut procs, &client, "imap", "imap-login", "imap", "-a");
     let imap_b = pair(d, &mut procs, &client, "imap", "imap-login", "imap", "-b");
@@ -235,6 +250,15 @@ fn lmtp_reaches_an_idle_session_and_two_backends_share_one_volume() {
     // INBOX: the LMTP message and the 80 appends came down once each.
     assert_eq!(count("INBOX"), 81);
     assert_eq!(count("Archive"), 30);
+    // Every IMAP login went through warden (fail_open is off here, so a
+    // login that did not would have been refused).
+    let admitted: f64 = procs
+        .iter()
+        .map(|p| {
+            p.metric("yarilo_login_warden_admissions_total{protocol=\"imap\",stage=\"session\",result=\"ok\"}")
+        })
+        .sum();
+    assert!(admitted >= 5.0, "warden admitted {admitted} IMAP sessions");
     while let Some(p) = procs.pop() {
         drop(p);
     }
