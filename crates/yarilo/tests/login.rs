@@ -490,3 +490,40 @@ print("routed ok")
     drop(login);
     drop(director);
 }
+
+/// A PROXY header from an address outside `general.haproxy.trusted_nets`
+/// is not believed: it reaches the protocol as (bad) data, and the login
+/// goes by the real peer address.
+#[test]
+fn a_proxy_header_from_an_untrusted_address_is_not_believed() {
+    let c = cluster();
+    let mut s = connect_from("127.0.0.3", &c.login_addr);
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    assert!(read_line(&mut r).starts_with("* OK [CAPABILITY"));
+    s.write_all(&proxy_v2([192, 0, 2, 7], [127, 0, 0, 1], 40000, 143))
+        .unwrap();
+    s.write_all(b"\r\na LOGIN carol secret\r\n").unwrap();
+    // The header's bytes are answered as bad input; the LOGIN is judged
+    // by 127.0.0.3, outside carol's allow_nets.
+    let answer = loop {
+        let l = read_line(&mut r);
+        if l.starts_with("a ") {
+            break l;
+        }
+        assert!(l.contains(" BAD ") || l.starts_with("* OK"), "{l}");
+    };
+    assert!(
+        answer.starts_with("a NO [AUTHENTICATIONFAILED]"),
+        "{answer}"
+    );
+    assert_eq!(
+        c.login
+            .metric("yarilo_login_logins_total{protocol=\"imap\",result=\"not_allowed_net\"}"),
+        1.0
+    );
+    assert_eq!(
+        c.backend
+            .metric("yarilo_backend_preambles_total{service=\"imap\",result=\"ok\"}"),
+        0.0
+    );
+}
