@@ -265,21 +265,7 @@ impl Session {
             }
             None => self.selected.as_ref().ok_or_else(bad)?.mailbox.clone(),
         };
-        let view = mailbox.refresh().await.map_err(|_| bad())?;
-        if u.uidvalidity.is_some_and(|v| v != view.uidvalidity()) {
-            return Err(bad());
-        }
-        let raw = mailbox.read_message(u.uid).await.map_err(|_| bad())?;
-        let raw = crate::fetch::crlf(raw);
-        let data = yarilo_mime::section(&raw, &u.section).ok_or_else(bad)?;
-        Ok(match u.partial {
-            None => data,
-            Some(p) => {
-                let start = (p.origin as usize).min(data.len());
-                let end = start.saturating_add(p.count as usize).min(data.len());
-                data.get(start..end).map(<[u8]>::to_vec).unwrap_or_default()
-            }
-        })
+        self.url_content(&mailbox, &u).await.ok_or_else(bad)
     }
 
     async fn append_commit(

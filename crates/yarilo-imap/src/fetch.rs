@@ -11,6 +11,8 @@ use yarilo_imap_proto::response::{Code, Data, FetchItem, Response};
 use yarilo_imap_proto::SequenceSet;
 use yarilo_store::{FlagOp, Flags, Mailbox, MailboxView, StoreError};
 
+use yarilo_store::maildir::header_section as header_of;
+
 use crate::dates::datetime;
 use crate::selected::{flags_of, store_no};
 use crate::session::Session;
@@ -82,7 +84,7 @@ pub(crate) fn crlf(raw: Vec<u8>) -> Vec<u8> {
     out
 }
 
-fn apply_partial(data: Vec<u8>, p: Option<Partial>) -> Vec<u8> {
+pub(crate) fn apply_partial(data: Vec<u8>, p: Option<Partial>) -> Vec<u8> {
     match p {
         None => data,
         Some(p) => {
@@ -160,21 +162,6 @@ impl Loaded {
     fn full(&self) -> &[u8] {
         self.full.as_deref().unwrap_or_default()
     }
-}
-
-/// The header section of a message, its blank line included.
-fn header_of(raw: &[u8]) -> &[u8] {
-    let mut i = 0;
-    while i < raw.len() {
-        if raw.get(i..i + 2) == Some(b"\r\n") && (i == 0) {
-            return raw.get(..2).unwrap_or_default();
-        }
-        if raw.get(i..i + 4) == Some(b"\r\n\r\n") {
-            return raw.get(..i + 4).unwrap_or_default();
-        }
-        i += 1;
-    }
-    raw
 }
 
 enum ItemError {
@@ -316,27 +303,7 @@ impl Session {
         // The flags the client just saw are now known: no duplicate
         // FETCH from the sync for our own \Seen.
         if !seen_set.is_empty() {
-            let mode = self.sync_mode(false);
-            let user = self
-                .user
-                .as_ref()
-                .map(|u| u.name.clone())
-                .unwrap_or_default();
-            let recent = &self.server.recent;
-            if let Some(sel) = self.selected.as_mut() {
-                let name = sel.mailbox.name().to_string();
-                let mut out = Vec::new();
-                sel.sync(
-                    view.clone(),
-                    mode,
-                    &seen_set,
-                    |h| recent.claim(&user, &name, h, 0),
-                    &mut out,
-                );
-                for r in &out {
-                    self.conn.send(r);
-                }
-            }
+            self.apply_view(view.clone(), false, &seen_set);
         }
         if missing && !uid {
             return Ok(Response::no(

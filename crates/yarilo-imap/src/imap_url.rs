@@ -6,6 +6,8 @@
 
 use yarilo_imap_proto::command::{Partial, Section, SectionText};
 
+use crate::session::Session;
+
 /// A parsed message URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct MessageUrl {
@@ -123,6 +125,25 @@ pub(crate) fn parse(url: &str) -> Option<MessageUrl> {
         section: sec,
         partial,
     })
+}
+
+impl Session {
+    /// The bytes `u` names in `mailbox` (its section, then its partial),
+    /// or `None` when the URL names nothing there (wrong UIDVALIDITY, no
+    /// such message or part). Shared by CATENATE and URLFETCH.
+    pub(crate) async fn url_content(
+        &self,
+        mailbox: &yarilo_store::Mailbox,
+        u: &MessageUrl,
+    ) -> Option<Vec<u8>> {
+        let view = mailbox.refresh().await.ok()?;
+        if u.uidvalidity.is_some_and(|v| v != view.uidvalidity()) {
+            return None;
+        }
+        let raw = crate::fetch::crlf(mailbox.read_message(u.uid).await.ok()?);
+        let data = yarilo_mime::section(&raw, &u.section)?;
+        Some(crate::fetch::apply_partial(data, u.partial))
+    }
 }
 
 #[cfg(test)]

@@ -107,27 +107,7 @@ impl Session {
                 .send(&Response::Data(Data::Fetch { seq: msn, items }));
         }
         // Our own changes are reported; the sync must not repeat them.
-        let mode = self.sync_mode(false);
-        let user = self
-            .user
-            .as_ref()
-            .map(|u| u.name.clone())
-            .unwrap_or_default();
-        let recent = &self.server.recent;
-        if let Some(sel) = self.selected.as_mut() {
-            let name = sel.mailbox.name().to_string();
-            let mut out = Vec::new();
-            sel.sync(
-                view,
-                mode,
-                &changed,
-                |h| recent.claim(&user, &name, h, 0),
-                &mut out,
-            );
-            for r in &out {
-                self.conn.send(r);
-            }
-        }
+        self.apply_view(view, false, &changed);
         if !modified.is_empty() {
             let Some(sel) = self.selected.as_ref() else {
                 return Response::ok(tag, None, "Store completed.");

@@ -155,20 +155,6 @@ fn saved_day(m: &Msg<'_>) -> Option<i64> {
         .map(day_of)
 }
 
-fn header_part(raw: &[u8]) -> &[u8] {
-    let mut i = 0;
-    while i + 1 < raw.len() {
-        if i == 0 && raw.get(..2) == Some(b"\r\n") {
-            return raw.get(..2).unwrap_or_default();
-        }
-        if raw.get(i..i + 4) == Some(b"\r\n\r\n") {
-            return raw.get(..i + 4).unwrap_or_default();
-        }
-        i += 1;
-    }
-    raw
-}
-
 /// One matching message.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Hit {
@@ -238,7 +224,10 @@ pub(crate) async fn scan(
             let (header, full) = match needed {
                 Need::Meta => (&[][..], &[][..]),
                 Need::Header => (&content[..], &[][..]),
-                Need::Full => (header_part(&content), &content[..]),
+                Need::Full => (
+                    yarilo_store::maildir::header_section(&content),
+                    &content[..],
+                ),
             };
             let m = Msg {
                 msn,

@@ -12,7 +12,7 @@ use yarilo_imap_proto::command::Command;
 use yarilo_imap_proto::response::{Code, Data, Response, StatusKind};
 use yarilo_imap_proto::{BadReason, Limits, Outcome, ParseOptions};
 use yarilo_listener::ClientConn;
-use yarilo_store::UserStore;
+use yarilo_store::{MailboxView, UserStore};
 
 use crate::append::AppendInProgress;
 use crate::capability;
@@ -345,7 +345,6 @@ impl Session {
     /// Picks up changes (from the disk when `refresh`) and queues the
     /// untagged responses. `skip`: UIDs whose flags the command reported.
     pub async fn sync_selected(&mut self, expunges: bool, skip: &[u32]) {
-        let mode = self.sync_mode(expunges);
         let Some(sel) = self.selected.as_mut() else {
             return;
         };
@@ -357,10 +356,22 @@ impl Session {
                 sel.mailbox.view()
             }
         };
+        self.apply_view(view, expunges, skip);
+        self.context_updates().await;
+    }
+
+    /// Tells the client what `view` changed against what it knows, and
+    /// queues the untagged responses. `skip`: UIDs whose flags the current
+    /// command already reported.
+    pub fn apply_view(&mut self, view: Arc<MailboxView>, expunges: bool, skip: &[u32]) {
+        let mode = self.sync_mode(expunges);
+        let Some(sel) = self.selected.as_mut() else {
+            return;
+        };
         let user = self
             .user
             .as_ref()
-            .map(|u| u.name.clone())
+            .map(|u| u.name.as_str())
             .unwrap_or_default();
         let recent = &self.server.recent;
         let store_name = sel.mailbox.name().to_string();
@@ -369,13 +380,12 @@ impl Session {
             view,
             mode,
             skip,
-            |highest| recent.claim(&user, &store_name, highest, 0),
+            |highest| recent.claim(user, &store_name, highest, 0),
             &mut out,
         );
         for r in &out {
             self.conn.send(r);
         }
-        self.context_updates().await;
     }
 
     /// Runs one command: state check, handler, untagged updates, tagged

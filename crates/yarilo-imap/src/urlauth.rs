@@ -213,20 +213,7 @@ impl Session {
         let mut mac = HmacSha1::new_from_slice(&key).ok()?;
         mac.update(rump.as_bytes());
         mac.verify_slice(&hex::decode(token).ok()?).ok()?;
-        let view = mbox.refresh().await.ok()?;
-        if u.uidvalidity.is_some_and(|v| v != view.uidvalidity()) {
-            return None;
-        }
-        let raw = crate::fetch::crlf(mbox.read_message(u.uid).await.ok()?);
-        let data = yarilo_mime::section(&raw, &u.section)?;
-        Some(match u.partial {
-            None => data,
-            Some(p) => {
-                let start = (p.origin as usize).min(data.len());
-                let end = start.saturating_add(p.count as usize).min(data.len());
-                data.get(start..end).map(<[u8]>::to_vec).unwrap_or_default()
-            }
-        })
+        self.url_content(&mbox, &u).await
     }
 
     pub(crate) async fn urlfetch(&mut self, tag: &str, items: Vec<UrlFetchItem>) -> Response {

@@ -41,6 +41,7 @@
 //! login-success reply itself (the backend does, so the capability list
 //! is the backend's).
 
+mod client;
 pub mod gate;
 mod handoff;
 pub mod hop;

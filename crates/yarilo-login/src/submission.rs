@@ -30,7 +30,7 @@ use base64::Engine;
 use prometheus_client::registry::Registry;
 use tokio_rustls::TlsAcceptor;
 use tracing::Instrument;
-use yarilo_auth::{AuthFailure, AuthHandle, AuthReply, AuthRequest, AuthSuccess, FailureKind};
+use yarilo_auth::{AuthFailure, AuthHandle, AuthReply, AuthSuccess, FailureKind};
 use yarilo_listener::{ClientConn, MailStream};
 use yarilo_smtp::command::{self, Command};
 use yarilo_smtp::reply::{EnhancedCode, Reply};
@@ -291,15 +291,16 @@ impl Session {
         // CVE-2011-0411: nothing pipelined before the handshake counts.
         self.conn.lines.clear();
         self.helo = None;
-        match tokio::time::timeout(
+        match crate::client::upgrade_tls(
+            &mut self.conn.stream,
+            &acceptor,
             self.server.settings.handshake_timeout,
-            self.conn.stream.upgrade(&acceptor),
         )
         .await
         {
-            Ok(Ok(())) => Ok(Step::Continue),
-            Ok(Err(e)) => Err(e.into()),
-            Err(_) => Err(LineError::Timeout),
+            Ok(()) => Ok(Step::Continue),
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Err(LineError::Timeout),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -329,13 +330,8 @@ impl Session {
                 }
             },
         };
-        let request = AuthRequest {
-            service: PROTO.into(),
-            client_ip: self.peer.ip(),
-            local_ip: Some(self.local.ip()),
-            session: self.id.clone(),
-            secured: self.secured(),
-        };
+        let request =
+            crate::client::auth_request(PROTO, self.peer, self.local, &self.id, self.secured());
         let (mut ex, mut reply) = self
             .server
             .auth

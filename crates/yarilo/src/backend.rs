@@ -24,7 +24,7 @@
 //! ends of a pair bind the same `services.<name>` key on different hosts
 //! or ports).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,7 +35,6 @@ use yarilo_config::{Config, SslMode};
 use yarilo_listener::{Listener, ListenerMetrics};
 use yarilo_login::gate::{GateSettings, PreambleGate};
 use yarilo_tls::internal::InternalTls;
-use yarilo_tls::CertStore;
 
 use crate::component::{self, ComponentArgs, Context};
 
@@ -171,52 +170,32 @@ async fn admit(
 pub fn pop3_login(args: ComponentArgs) -> anyhow::Result<ExitCode> {
     component::run("pop3-login", args, |ctx: Context| async move {
         let config = &ctx.config;
-        let hop_tls = InternalTls::from_config(&config.internal_tls).context("internal_tls")?;
         let settings = yarilo_login::LoginSettings::pop3(config);
-        let router = yarilo_login::route::Router::from_config(
-            &config.login.pop3,
-            "login.pop3",
+        let b = login_base(
+            &ctx,
             "pop3",
-            hop_tls.clone(),
-            settings.connect_timeout,
+            &config.login.pop3,
+            &config.services.pop3,
+            &settings,
         )?;
-        let auth = remote_auth(config)?;
-        let certs = client_certificates(config)?;
-        let acceptor = certs.acceptor(&config.tls.min_version).context("tls")?;
-        let starttls = match config.services.pop3.ssl_mode {
-            SslMode::No => None,
-            _ => Some(acceptor.clone()),
-        };
-        let handshake_timeout = settings.handshake_timeout;
         let warden = login_warden(&ctx, "pop3")?;
         let server = ctx.metrics.register(|r| {
             yarilo_login::pop3::Pop3LoginServer::new(
-                settings, auth, router, hop_tls, starttls, warden, r,
+                settings, b.auth, b.router, b.hop_tls, b.starttls, warden, r,
             )
         });
-        let listen = login_listen(&ctx, acceptor, handshake_timeout);
-        let mut bound = 0;
-        for (name, svc) in [
+        let services = [
             ("pop3", &config.services.pop3),
             ("pop3s", &config.services.pop3s),
-        ] {
-            let srv = server.clone();
-            if let Some(addr) = listen
-                .serve(name, svc, config.imap.max_connections, move |conn| {
-                    srv.clone().handle(conn)
-                })
-                .await
-                .with_context(|| format!("services.{name}"))?
-            {
-                println!("  {name:<11} {addr}");
-                bound += 1;
-            }
-        }
-        if bound == 0 {
-            anyhow::bail!("services.pop3 and services.pop3s are both disabled: nothing to serve");
-        }
-        ctx.life.stopped().await;
-        Ok(())
+        ];
+        serve_logins(
+            &ctx,
+            &b.listen,
+            services,
+            config.imap.max_connections,
+            move |c| server.clone().handle(c),
+        )
+        .await
     })
 }
 
@@ -277,52 +256,28 @@ pub fn submission(args: ComponentArgs) -> anyhow::Result<ExitCode> {
 pub fn submission_login(args: ComponentArgs) -> anyhow::Result<ExitCode> {
     component::run("submission-login", args, |ctx: Context| async move {
         let config = &ctx.config;
-        let hop_tls = InternalTls::from_config(&config.internal_tls).context("internal_tls")?;
         let settings = yarilo_login::LoginSettings::submission(config);
-        let router = yarilo_login::route::Router::from_config(
-            &config.login.submission,
-            "login.submission",
+        let b = login_base(
+            &ctx,
             "submission",
-            hop_tls.clone(),
-            settings.connect_timeout,
+            &config.login.submission,
+            &config.services.submission,
+            &settings,
         )?;
-        let auth = remote_auth(config)?;
-        let certs = client_certificates(config)?;
-        let acceptor = certs.acceptor(&config.tls.min_version).context("tls")?;
-        let starttls = match config.services.submission.ssl_mode {
-            SslMode::No => None,
-            _ => Some(acceptor.clone()),
-        };
-        let handshake_timeout = settings.handshake_timeout;
         let warden = login_warden(&ctx, "submission")?;
         let server = ctx.metrics.register(|r| {
             yarilo_login::submission::SubmissionLoginServer::new(
-                settings, auth, router, hop_tls, starttls, warden, r,
+                settings, b.auth, b.router, b.hop_tls, b.starttls, warden, r,
             )
         });
-        let listen = login_listen(&ctx, acceptor, handshake_timeout);
-        let mut bound = 0;
-        for (name, svc) in [
+        let services = [
             ("submission", &config.services.submission),
             ("submissions", &config.services.submissions),
-        ] {
-            let srv = server.clone();
-            if let Some(addr) = listen
-                .serve(name, svc, 4096, move |conn| srv.clone().handle(conn))
-                .await
-                .with_context(|| format!("services.{name}"))?
-            {
-                println!("  {name:<11} {addr}");
-                bound += 1;
-            }
-        }
-        if bound == 0 {
-            anyhow::bail!(
-                "services.submission and services.submissions are both disabled: nothing to serve"
-            );
-        }
-        ctx.life.stopped().await;
-        Ok(())
+        ];
+        serve_logins(&ctx, &b.listen, services, 4096, move |c| {
+            server.clone().handle(c)
+        })
+        .await
     })
 }
 
@@ -364,28 +319,24 @@ pub fn lmtp(args: ComponentArgs) -> anyhow::Result<ExitCode> {
 pub fn lmtp_login(args: ComponentArgs) -> anyhow::Result<ExitCode> {
     component::run("lmtp-login", args, |ctx: Context| async move {
         let config = &ctx.config;
-        let hop_tls = InternalTls::from_config(&config.internal_tls).context("internal_tls")?;
         let settings = yarilo_login::LoginSettings::lmtp(config);
-        let router = yarilo_login::route::Router::from_config(
-            &config.login.lmtp,
-            "login.lmtp",
+        let b = login_base(
+            &ctx,
             "lmtp",
-            hop_tls.clone(),
-            settings.connect_timeout,
+            &config.login.lmtp,
+            &config.services.lmtp,
+            &settings,
         )?;
-        let auth = remote_auth(config)?;
-        let handshake_timeout = settings.handshake_timeout;
         let delimiter = config.lmtp.recipient_delimiter.clone();
         let server = ctx.metrics.register(|r| {
-            yarilo_login::lmtp::LmtpLoginServer::new(settings, auth, router, hop_tls, delimiter, r)
+            yarilo_login::lmtp::LmtpLoginServer::new(
+                settings, b.auth, b.router, b.hop_tls, delimiter, r,
+            )
         });
-        let certs = client_certificates(config)?;
-        let acceptor = certs.acceptor(&config.tls.min_version).context("tls")?;
-        let listen = login_listen(&ctx, acceptor, handshake_timeout);
-        let srv = server.clone();
-        let Some(addr) = listen
+        let Some(addr) = b
+            .listen
             .serve("lmtp", &config.services.lmtp, 1024, move |conn| {
-                srv.clone().handle(conn)
+                server.clone().handle(conn)
             })
             .await
             .context("services.lmtp")?
@@ -420,20 +371,90 @@ fn login_warden(
     Ok(warden)
 }
 
-/// The client-facing listener context of a login process.
-fn login_listen(
+/// What every login process builds the same way: the hop's internal TLS,
+/// the router (`login.<proto>`), the auth client, the client-facing TLS
+/// acceptor and the listener context.
+struct LoginBase {
+    hop_tls: Option<InternalTls>,
+    router: yarilo_login::route::Router,
+    auth: AuthHandle,
+    /// STARTTLS on `services.<plain>` unless its `ssl_mode` is `no`.
+    starttls: Option<tokio_rustls::TlsAcceptor>,
+    listen: yarilo_login::listen::ListenContext,
+}
+
+fn login_base(
     ctx: &Context,
-    acceptor: tokio_rustls::TlsAcceptor,
-    handshake_timeout: Duration,
-) -> yarilo_login::listen::ListenContext {
-    yarilo_login::listen::ListenContext {
-        general: ctx.config.general.clone(),
+    proto: &'static str,
+    route: &yarilo_config::LoginRoute,
+    plain: &yarilo_config::Service,
+    settings: &yarilo_login::LoginSettings,
+) -> anyhow::Result<LoginBase> {
+    let config = &ctx.config;
+    let hop_tls = InternalTls::from_config(&config.internal_tls).context("internal_tls")?;
+    let router = yarilo_login::route::Router::from_config(
+        route,
+        &format!("login.{proto}"),
+        proto,
+        hop_tls.clone(),
+        settings.connect_timeout,
+    )?;
+    let auth = remote_auth(config)?;
+    let (certs, _) =
+        crate::single::client_certificates(config, Path::new(&config.general.data_dir))?;
+    let acceptor = certs.acceptor(&config.tls.min_version).context("tls")?;
+    let starttls = match plain.ssl_mode {
+        SslMode::No => None,
+        _ => Some(acceptor.clone()),
+    };
+    let listen = yarilo_login::listen::ListenContext {
+        general: config.general.clone(),
         tls: Some(acceptor),
         life: ctx.life.clone(),
         health: ctx.health.clone(),
         metrics: ctx.metrics.register(ListenerMetrics::register),
-        handshake_timeout,
+        handshake_timeout: settings.handshake_timeout,
+    };
+    Ok(LoginBase {
+        hop_tls,
+        router,
+        auth,
+        starttls,
+        listen,
+    })
+}
+
+/// Binds the client-facing `services` of a login (the plain and the
+/// implicit-TLS one), hands each connection to `handle`, and runs until
+/// the process stops. At least one must be enabled.
+async fn serve_logins<H, F>(
+    ctx: &Context,
+    listen: &yarilo_login::listen::ListenContext,
+    services: [(&str, &yarilo_config::Service); 2],
+    max_connections: usize,
+    handle: H,
+) -> anyhow::Result<()>
+where
+    H: Fn(yarilo_listener::ClientConn) -> F + Clone + Send + Sync + 'static,
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let mut bound = 0;
+    for (name, svc) in services {
+        if let Some(addr) = listen
+            .serve(name, svc, max_connections, handle.clone())
+            .await
+            .with_context(|| format!("services.{name}"))?
+        {
+            println!("  {name:<11} {addr}");
+            bound += 1;
+        }
     }
+    if bound == 0 {
+        let [(a, _), (b, _)] = services;
+        anyhow::bail!("services.{a} and services.{b} are both disabled: nothing to serve");
+    }
+    ctx.life.stopped().await;
+    Ok(())
 }
 
 /// `yarilo imap`: the IMAP backend behind login proxies.
@@ -453,39 +474,20 @@ pub fn imap(args: ComponentArgs) -> anyhow::Result<ExitCode> {
                 .register(|r| PreambleGate::new(gate_settings, auth, r)),
         );
         let listener_metrics = ctx.metrics.register(ListenerMetrics::register);
-        let mut service = config.services.imap.clone();
-        service.enabled = true;
-        service.haproxy_protocol = false;
-        service.ssl_mode = if hop_tls.is_some() {
-            SslMode::Ssl
-        } else {
-            SslMode::No
-        };
-        let listener = Listener::bind(
+        let listener = bind_hop_listener(
+            &ctx,
             "imap",
-            &service,
-            hop_tls.as_ref().map(InternalTls::acceptor),
+            &config.services.imap,
+            hop_tls.as_ref(),
             config.imap.max_connections,
         )
-        .await
-        .context("services.imap")?;
-        println!("  imap        {}", listener.local_addr());
-        ctx.health.add_ready_check(listener.ready_check());
+        .await?;
         let life = ctx.life.clone();
         listener
             .serve(ctx.life.clone(), listener_metrics, move |accepted| {
-                let gate = gate.clone();
-                let server = server.clone();
-                let life = life.clone();
+                let (gate, server, life) = (gate.clone(), server.clone(), life.clone());
                 async move {
-                    let mut conn = match accepted.establish(HOP_HANDSHAKE).await {
-                        Ok(c) => c,
-                        Err(e) => {
-                            tracing::info!(error = %e, "login peer dropped before the preamble");
-                            return;
-                        }
-                    };
-                    let Ok(admitted) = gate.admit(&mut conn).await else {
+                    let Some((conn, admitted)) = admit(&gate, accepted).await else {
                         return;
                     };
                     match admitted.tag {
@@ -522,81 +524,31 @@ pub fn imap(args: ComponentArgs) -> anyhow::Result<ExitCode> {
 pub fn imap_login(args: ComponentArgs) -> anyhow::Result<ExitCode> {
     component::run("imap-login", args, |ctx: Context| async move {
         let config = &ctx.config;
-        let hop_tls = InternalTls::from_config(&config.internal_tls).context("internal_tls")?;
         let settings = yarilo_login::LoginSettings::imap(config);
-        let router = yarilo_login::route::Router::from_config(
-            &config.login.imap,
-            "login.imap",
+        let b = login_base(
+            &ctx,
             "imap",
-            hop_tls.clone(),
-            settings.connect_timeout,
+            &config.login.imap,
+            &config.services.imap,
+            &settings,
         )?;
-        let auth = remote_auth(config)?;
-        let certs = client_certificates(config)?;
-        let acceptor = certs.acceptor(&config.tls.min_version).context("tls")?;
-        let starttls = match config.services.imap.ssl_mode {
-            SslMode::No => None,
-            _ => Some(acceptor.clone()),
-        };
-        let handshake_timeout = settings.handshake_timeout;
         let warden = login_warden(&ctx, "imap")?;
         let server = ctx.metrics.register(|r| {
             yarilo_login::imap::ImapLoginServer::new(
-                settings, auth, router, hop_tls, starttls, warden, r,
+                settings, b.auth, b.router, b.hop_tls, b.starttls, warden, r,
             )
         });
-        let listen = yarilo_login::listen::ListenContext {
-            general: config.general.clone(),
-            tls: Some(acceptor),
-            life: ctx.life.clone(),
-            health: ctx.health.clone(),
-            metrics: ctx.metrics.register(ListenerMetrics::register),
-            handshake_timeout,
-        };
-        let mut bound = 0;
-        for (name, svc) in [
+        let services = [
             ("imap", &config.services.imap),
             ("imaps", &config.services.imaps),
-        ] {
-            let srv = server.clone();
-            if let Some(addr) = listen
-                .serve(name, svc, config.imap.max_connections, move |conn| {
-                    srv.clone().handle(conn)
-                })
-                .await
-                .with_context(|| format!("services.{name}"))?
-            {
-                println!("  {name:<11} {addr}");
-                bound += 1;
-            }
-        }
-        if bound == 0 {
-            anyhow::bail!("services.imap and services.imaps are both disabled: nothing to serve");
-        }
-        ctx.life.stopped().await;
-        Ok(())
+        ];
+        serve_logins(
+            &ctx,
+            &b.listen,
+            services,
+            config.imap.max_connections,
+            move |c| server.clone().handle(c),
+        )
+        .await
     })
-}
-
-/// The client-facing certificates: `tls.cert`/`tls.key` (+ `tls.sni`), or
-/// a self-signed pair generated once under `<general.data_dir>/tls/`.
-fn client_certificates(config: &Config) -> anyhow::Result<Arc<CertStore>> {
-    if !config.tls.cert.is_empty() {
-        let mut pairs = vec![(
-            PathBuf::from(&config.tls.cert),
-            PathBuf::from(&config.tls.key),
-        )];
-        pairs.extend(
-            config
-                .tls
-                .sni
-                .iter()
-                .map(|p| (PathBuf::from(&p.cert), PathBuf::from(&p.key))),
-        );
-        return CertStore::load(pairs).context("tls.cert");
-    }
-    let dir = Path::new(&config.general.data_dir).join("tls");
-    let (cert, key, _) = yarilo_tls::ensure_self_signed(&dir, &config.general.hostname)
-        .context("cannot create the self-signed certificate")?;
-    Ok(CertStore::load(vec![(cert, key)])?)
 }

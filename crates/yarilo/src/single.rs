@@ -152,7 +152,7 @@ async fn run(mut config: Config) -> anyhow::Result<ExitCode> {
 
 /// The client-facing certificates: the configured ones, or a self-signed
 /// pair generated once under `<data>/tls/`.
-fn client_certificates(
+pub(crate) fn client_certificates(
     config: &Config,
     data_dir: &Path,
 ) -> anyhow::Result<(Arc<CertStore>, String)> {

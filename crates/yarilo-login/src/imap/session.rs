@@ -319,26 +319,17 @@ impl Session {
         self.framer.clear();
         self.send(&Response::ok(tag, None, "Begin TLS negotiation now."));
         self.flush().await?;
-        match tokio::time::timeout(
+        crate::client::upgrade_tls(
+            &mut self.stream,
+            &acceptor,
             self.server.settings.handshake_timeout,
-            self.stream.upgrade(&acceptor),
         )
-        .await
-        {
-            Ok(Ok(())) => Ok(Step::Continue),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
-        }
+        .await?;
+        Ok(Step::Continue)
     }
 
     fn request(&self) -> AuthRequest {
-        AuthRequest {
-            service: PROTO.into(),
-            client_ip: self.peer.ip(),
-            local_ip: Some(self.local.ip()),
-            session: self.id.clone(),
-            secured: self.secured(),
-        }
+        crate::client::auth_request(PROTO, self.peer, self.local, &self.id, self.secured())
     }
 
     /// Reads one SASL response line; `None` when the client cancelled

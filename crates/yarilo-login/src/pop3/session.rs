@@ -297,26 +297,17 @@ impl Session {
         // RFC 2595 §3.1: nothing sent before the handshake counts after.
         self.lines.clear();
         self.user = None;
-        match tokio::time::timeout(
+        crate::client::upgrade_tls(
+            &mut self.stream,
+            &acceptor,
             self.server.settings.handshake_timeout,
-            self.stream.upgrade(&acceptor),
         )
-        .await
-        {
-            Ok(Ok(())) => Ok(Step::Continue),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
-        }
+        .await?;
+        Ok(Step::Continue)
     }
 
     fn request(&self) -> AuthRequest {
-        AuthRequest {
-            service: PROTO.into(),
-            client_ip: self.peer.ip(),
-            local_ip: Some(self.local.ip()),
-            session: self.id.clone(),
-            secured: self.secured(),
-        }
+        crate::client::auth_request(PROTO, self.peer, self.local, &self.id, self.secured())
     }
 
     /// One SASL response line; `None` when the client cancelled (`*`) or
