@@ -26,6 +26,7 @@ use tracing::{debug, info, warn};
 use yarilo_config::{AssignmentPolicy, DirectorService};
 use yarilo_wire::{LineCodec, Version};
 
+use crate::cluster::node::Input;
 use crate::cluster::{RingCore, RingSettings};
 use crate::director::{BackendOutcome, Confirmed, Kick, Removal, Settings, UpOutcome};
 use crate::directory::{DirectorId, UserKey};
@@ -110,6 +111,7 @@ pub struct Shared {
 pub struct DirectorGuard<'a> {
     guard: MutexGuard<'a, Director>,
     ring: Option<&'a Arc<RingCore>>,
+    shared: &'a Shared,
 }
 
 impl std::ops::Deref for DirectorGuard<'_> {
@@ -129,7 +131,10 @@ impl Drop for DirectorGuard<'_> {
     fn drop(&mut self) {
         if let Some(ring) = self.ring {
             let events = self.guard.take_events();
-            ring.broadcast_events(&events, None);
+            if !events.is_empty() {
+                let now = self.shared.now();
+                ring.handle_locked(None, &mut self.guard, now, Input::Local(events));
+            }
         }
     }
 }
@@ -222,13 +227,28 @@ impl Shared {
         DirectorGuard {
             guard,
             ring: self.ring.get(),
+            shared: self,
+        }
+    }
+
+    /// The state machine without the hand-off to the ring on drop (the
+    /// ring's own driver, which forwards what it applies itself).
+    pub(crate) fn director_unreplicated(&self) -> DirectorGuard<'_> {
+        let guard = self
+            .director
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        DirectorGuard {
+            guard,
+            ring: None,
+            shared: self,
         }
     }
 
     /// Turns the director ring on (before serving). False if it already
     /// was.
     pub fn enable_ring(&self, settings: RingSettings) -> bool {
-        let ring = RingCore::new(settings);
+        let ring = RingCore::starting_at(settings, self.now());
         if self.ring.set(ring).is_err() {
             return false;
         }

@@ -4,9 +4,12 @@
 //!
 //! - [`membership`]: the member list and tombstones, pure.
 //! - [`wire`]: the ring lines and the join proof, sans-I/O.
-//! - this module: the tokio driver — one main task (neighbour dial, seed
-//!   polls, anti-entropy, probes, graceful leave) and one task per ring
-//!   connection.
+//! - [`node`]: one director's ring as a pure state machine (timers,
+//!   neighbour dial, probes, forwarding, merges, leave); the simulator in
+//!   `tests/ring_sim.rs` runs it on an in-memory network.
+//! - this module: the thin tokio driver — the join handshake and I/O of
+//!   dials, probes and seed polls, one task per ring connection, and a
+//!   main task that ticks the state machine and spawns what it asks for.
 //!
 //! Invariants (each one a failure found in a live test of the reference
 //! design; see the ring history in the seeds):
@@ -37,12 +40,11 @@
 //!   across an await.
 
 pub mod membership;
+pub mod node;
 pub mod wire;
 
-use std::collections::{HashMap, HashSet};
-use std::future::Future;
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -59,12 +61,13 @@ use yarilo_config::DirectorService;
 use yarilo_tls::internal::InternalTls;
 use yarilo_wire::{LineCodec, Version};
 
-use crate::director::{BackendOutcome, RingEvent, UpOutcome};
+use crate::director::Director;
 use crate::protocol::{self, PeerRoles, MAX_LINE};
 use crate::service::Shared;
 use crate::{DirectorError, Tick};
 
-use membership::{Change, Membership};
+use membership::Membership;
+use node::{DialFailure, End, Input, LinkId, NodeConfig, Output, RingNode};
 use wire::{JoinMode, RingMsg};
 
 /// Probes that must all fail before a neighbour is declared dead.
@@ -83,14 +86,9 @@ const GREETING_TIMEOUT: Duration = Duration::from_secs(2);
 const POLL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Lines accepted from one seed poll.
 const POLL_MAX_LINES: usize = 100_000;
-/// Retry after a load-balanced seed routed our poll to ourselves.
-const SELF_DIAL_RETRY: Duration = Duration::from_millis(500);
-/// Retry after the peer closed on purpose (it re-targets or leaves).
-const QUIT_RETRY: Duration = Duration::from_millis(500);
-/// Retry after a refused or failed join.
-const JOIN_RETRY: Duration = Duration::from_secs(2);
-/// Lines queued to one connection; a connection that falls this far
-/// behind is closed (`QUIT resync`) and re-synchronises by snapshot.
+/// Batches of lines queued to one connection; a connection that falls
+/// this far behind is closed (`QUIT resync`) and re-synchronises by
+/// snapshot.
 const LINK_QUEUE: usize = 256 * 1024;
 /// The main loop's timer.
 const TICK: Duration = Duration::from_millis(250);
@@ -231,9 +229,6 @@ pub trait RingIo: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> RingIo for T {}
 
 type DialConn = Framed<Box<dyn RingIo>, LineCodec>;
-type Line = Arc<Vec<String>>;
-/// A live ring connection's id (the arrival of an event, to skip it).
-pub type LinkId = u64;
 
 /// Why a dial failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -255,49 +250,6 @@ pub enum DialError {
     Protocol(String),
 }
 
-/// How a ring connection ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum End {
-    /// We closed it on purpose (QUIT sent).
-    Ours,
-    /// The peer said QUIT.
-    PeerQuit,
-    /// EOF, error or silence without QUIT: maybe a death.
-    Lost,
-}
-
-struct Link {
-    peer: SocketAddr,
-    dialed: bool,
-    tx: mpsc::Sender<Line>,
-}
-
-#[derive(Default)]
-struct Links {
-    next: LinkId,
-    map: HashMap<LinkId, Link>,
-}
-
-#[derive(Debug)]
-enum Note {
-    LinkDown {
-        peer: SocketAddr,
-        gen: Option<u64>,
-        end: End,
-    },
-    DialFailed {
-        peer: SocketAddr,
-        gen: u64,
-        err: DialError,
-    },
-    Changed,
-    Probed {
-        peer: SocketAddr,
-        inc: u64,
-        alive: bool,
-    },
-}
-
 /// Counters of one director's ring (status, metrics, tests).
 #[derive(Debug, Default)]
 pub struct RingStats {
@@ -312,18 +264,38 @@ pub struct RingStats {
     pub deaths_declared: AtomicU64,
     /// Ring connections established (both directions).
     pub links_up: AtomicU64,
+    /// Ring connections closed because they fell too far behind.
+    pub links_behind: AtomicU64,
+    /// Sessions kicked because a ring merge moved their user.
+    pub merge_kicks: AtomicU64,
 }
 
-/// One director's ring: membership, live connections, the main loop.
+/// What a connection task is told to do, in order.
+enum LinkCmd {
+    Msgs(Vec<RingMsg>),
+    Close(&'static str),
+    Drop,
+}
+
+/// Work the main loop spawns (it owns the task set).
+enum Action {
+    Dial { peer: SocketAddr, gen: u64 },
+    Probe { peer: SocketAddr, inc: u64 },
+    Poll,
+}
+
+/// One director's ring: the state machine behind a lock, the connection
+/// queues, the main loop.
 pub struct RingCore {
     stats: RingStats,
     settings: RingSettings,
-    membership: Mutex<Membership>,
-    links: Mutex<Links>,
+    /// Lock order: the director lock first, then this one.
+    node: Mutex<RingNode>,
+    links: Mutex<HashMap<LinkId, mpsc::Sender<LinkCmd>>>,
+    next_link: AtomicU64,
     links_changed: Notify,
-    notes: mpsc::UnboundedSender<Note>,
-    notes_rx: Mutex<Option<mpsc::UnboundedReceiver<Note>>>,
-    leaving: watch::Sender<bool>,
+    actions: mpsc::UnboundedSender<Action>,
+    actions_rx: Mutex<Option<mpsc::UnboundedReceiver<Action>>>,
 }
 
 impl std::fmt::Debug for RingCore {
@@ -337,19 +309,6 @@ impl std::fmt::Debug for RingCore {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-async fn until_true(rx: &mut watch::Receiver<bool>) {
-    if rx.wait_for(|v| *v).await.is_err() {
-        std::future::pending::<()>().await;
-    }
-}
-
-async fn until_true_opt(rx: &mut Option<watch::Receiver<bool>>) {
-    match rx {
-        Some(rx) => until_true(rx).await,
-        None => std::future::pending().await,
-    }
 }
 
 async fn write<S>(
@@ -395,19 +354,50 @@ where
     }
 }
 
+async fn until_true_opt(rx: &mut Option<watch::Receiver<bool>>) {
+    match rx {
+        Some(rx) => {
+            if rx.wait_for(|v| *v).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
+    }
+}
+
+fn ms(d: Duration) -> Tick {
+    d.as_millis() as Tick
+}
+
 impl RingCore {
     pub fn new(settings: RingSettings) -> Arc<RingCore> {
-        let (notes, notes_rx) = mpsc::unbounded_channel();
-        let ttl = settings.tombstone_ttl.map(|d| d.as_millis() as Tick);
+        RingCore::starting_at(settings, 0)
+    }
+
+    /// A ring whose clock (the director's) reads `now`.
+    pub fn starting_at(settings: RingSettings, now: Tick) -> Arc<RingCore> {
+        let (actions, actions_rx) = mpsc::unbounded_channel();
+        let cfg = NodeConfig {
+            me: settings.me,
+            incarnation: settings.incarnation,
+            has_seeds: !settings.peers.is_empty(),
+            seed_poll: settings.seed_poll.map(ms),
+            seed_poll_idle: ms(settings.seed_poll_idle),
+            min_members: settings.min_members,
+            ping_interval: ms(settings.ping_interval),
+            ping_timeout: ms(settings.ping_timeout),
+            anti_entropy: settings.anti_entropy.map(ms),
+            tombstone_ttl: settings.tombstone_ttl.map(ms),
+        };
         Arc::new(RingCore {
             stats: RingStats::default(),
-            membership: Mutex::new(Membership::new(settings.me, settings.incarnation, ttl)),
+            node: Mutex::new(RingNode::new(cfg, now)),
             settings,
-            links: Mutex::new(Links::default()),
+            links: Mutex::new(HashMap::new()),
+            next_link: AtomicU64::new(1),
             links_changed: Notify::new(),
-            notes,
-            notes_rx: Mutex::new(Some(notes_rx)),
-            leaving: watch::channel(false).0,
+            actions,
+            actions_rx: Mutex::new(Some(actions_rx)),
         })
     }
 
@@ -425,254 +415,133 @@ impl RingCore {
 
     /// Live members in ring order (ourselves included until we leave).
     pub fn members(&self) -> Vec<SocketAddr> {
-        lock(&self.membership).members()
+        lock(&self.node).members()
     }
 
     /// A copy of the membership view (status, tests).
     pub fn membership(&self) -> Membership {
-        lock(&self.membership).clone()
+        lock(&self.node).membership().clone()
     }
 
     /// Our current incarnation.
     pub fn incarnation(&self) -> u64 {
-        lock(&self.membership).incarnation()
+        lock(&self.node).incarnation()
     }
 
     /// Live ring connections: (peer, whether we dialled it).
     pub fn links(&self) -> Vec<(SocketAddr, bool)> {
-        let mut v: Vec<_> = lock(&self.links)
-            .map
-            .values()
-            .map(|l| (l.peer, l.dialed))
+        let mut v: Vec<_> = lock(&self.node)
+            .links()
+            .into_iter()
+            .map(|(_, peer, dialed)| (peer, dialed))
             .collect();
         v.sort();
         v
     }
 
-    fn note(&self, n: Note) {
-        let _ = self.notes.send(n);
+    // ---- the state machine ------------------------------------------------
+
+    /// Feeds one input to the state machine with the director already
+    /// locked by the caller, and carries out what it asks, in order and
+    /// under both locks (so lines keep their order on every connection).
+    pub(crate) fn handle_locked(
+        &self,
+        shared: Option<&Arc<Shared>>,
+        d: &mut Director,
+        now: Tick,
+        input: Input,
+    ) {
+        let mut out = Vec::new();
+        let mut node = lock(&self.node);
+        node.handle(now, input, d, &mut out);
+        self.carry_out(shared, out);
     }
 
-    fn now(&self, shared: &Shared) -> Tick {
-        shared.now()
+    /// Locks the director and feeds one input.
+    fn step(&self, shared: &Arc<Shared>, input: Input) {
+        let now = shared.now();
+        let mut d = shared.director_unreplicated();
+        self.handle_locked(Some(shared), &mut d, now, input);
     }
 
-    // ---- broadcast -------------------------------------------------------
-
-    fn broadcast_lines(&self, lines: &[Line], except: Option<LinkId>) {
-        if lines.is_empty() {
-            return;
-        }
-        let mut links = lock(&self.links);
-        let mut behind = Vec::new();
-        for (id, link) in links.map.iter() {
-            if Some(*id) == except {
-                continue;
-            }
-            for l in lines {
-                if link.tx.try_send(l.clone()).is_err() {
-                    behind.push(*id);
-                    break;
+    fn carry_out(&self, shared: Option<&Arc<Shared>>, out: Vec<Output>) {
+        for o in out {
+            match o {
+                Output::Send { link, msgs } => self.queue(link, LinkCmd::Msgs(msgs)),
+                Output::Close { link, reason } => self.queue(link, LinkCmd::Close(reason)),
+                Output::Drop { link } => self.queue(link, LinkCmd::Drop),
+                Output::Dial { peer, gen } => {
+                    let _ = self.actions.send(Action::Dial { peer, gen });
                 }
-            }
-        }
-        for id in behind {
-            if let Some(l) = links.map.remove(&id) {
-                warn!(peer = %l.peer, "ring connection too far behind; closing it to re-synchronise");
-            }
-        }
-    }
-
-    fn broadcast(&self, msg: &RingMsg, except: Option<LinkId>) {
-        self.broadcast_lines(&[Arc::new(msg.to_fields())], except);
-    }
-
-    /// Queues state-machine events to every live ring connection except
-    /// `except` (the one they came in on). Call it under the director lock
-    /// so events keep their order.
-    pub fn broadcast_events(&self, events: &[RingEvent], except: Option<LinkId>) {
-        if events.is_empty() {
-            return;
-        }
-        let lines: Vec<Line> = events
-            .iter()
-            .map(|e| Arc::new(RingMsg::Event(e.clone()).to_fields()))
-            .collect();
-        self.broadcast_lines(&lines, except);
-    }
-
-    fn member_lines(&self, now: Tick) -> Vec<RingMsg> {
-        let m = lock(&self.membership);
-        let mut out: Vec<RingMsg> = m
-            .member_list()
-            .into_iter()
-            .map(|(addr, inc)| RingMsg::Add { addr, inc })
-            .collect();
-        out.extend(
-            m.tomb_list(now)
-                .into_iter()
-                .map(|(addr, inc, ttl_ms)| RingMsg::Remove { addr, inc, ttl_ms }),
-        );
-        out
-    }
-
-    // ---- applying what peers send -----------------------------------------
-
-    /// Merges a member-list line; forwards it when it changed our view.
-    fn merge_member(&self, shared: &Shared, msg: &RingMsg, from: Option<LinkId>) {
-        let now = self.now(shared);
-        let change = {
-            let mut m = lock(&self.membership);
-            match *msg {
-                RingMsg::Add { addr, inc } => m.add(addr, inc),
-                RingMsg::Remove { addr, inc, ttl_ms } => m.remove(addr, inc, ttl_ms, now),
-                _ => Change::None,
-            }
-        };
-        match change {
-            Change::None => {}
-            Change::Changed => {
-                match msg {
-                    RingMsg::Add { addr, .. } => info!(member = %addr, "director joined the ring"),
-                    RingMsg::Remove { addr, .. } => info!(member = %addr, "director left the ring"),
-                    _ => {}
+                Output::Probe { peer, inc } => {
+                    let _ = self.actions.send(Action::Probe { peer, inc });
                 }
-                self.broadcast(msg, from);
-                self.note(Note::Changed);
-            }
-            Change::Refuted(inc) => {
-                warn!(
+                Output::Poll => {
+                    let _ = self.actions.send(Action::Poll);
+                }
+                Output::Kick(kicks) => {
+                    info!(
+                        kicks = kicks.len(),
+                        "a ring merge moved a user; kicking its sessions on the old backend"
+                    );
+                    self.stats
+                        .merge_kicks
+                        .fetch_add(kicks.len() as u64, Ordering::Relaxed);
+                    if let Some(s) = shared {
+                        s.kick_now(kicks);
+                    }
+                }
+                Output::Removed(r) => {
+                    info!(ip = %r.ip, users_unpinned = r.users_unpinned, "backend removed (ring)");
+                    if let Some(s) = shared {
+                        s.kick_removed(&r);
+                    }
+                }
+                Output::MemberJoined(addr) => info!(member = %addr, "director joined the ring"),
+                Output::MemberLeft(addr) => info!(member = %addr, "director left the ring"),
+                Output::DeclaredDead(addr) => {
+                    info!(member = %addr, "director declared dead by its neighbour");
+                    self.stats.deaths_declared.fetch_add(1, Ordering::Relaxed);
+                }
+                Output::Refuted(inc) => warn!(
                     incarnation = inc,
                     "this director was removed from the ring while running; rejoining"
-                );
-                self.broadcast(
-                    &RingMsg::Add {
-                        addr: self.settings.me,
-                        inc,
-                    },
-                    None,
-                );
-                self.note(Note::Changed);
+                ),
             }
         }
     }
 
-    /// Applies a routing-state line from a peer and forwards what changed.
-    fn apply_event(&self, shared: &Arc<Shared>, event: &RingEvent, from: Option<LinkId>) {
-        let now = shared.now();
-        let mut removals = Vec::new();
-        let mut kicks = Vec::new();
-        {
-            let mut d = shared.director();
-            match event {
-                RingEvent::Assign(r) => {
-                    if let Some((_, k)) = d.merge_user(now, r) {
-                        kicks = k;
-                    }
-                }
-                RingEvent::Backend(s) => {
-                    d.apply_backend(now, s);
-                }
-                RingEvent::Up(up) => {
-                    if let UpOutcome::Retagged(r) = d.backend_up(now, up) {
-                        removals.push(r);
-                    }
-                }
-                RingEvent::Down { ip, seq } => {
-                    if let BackendOutcome::Removed(r) = d.backend_down(now, *ip, *seq) {
-                        removals.push(r);
-                    }
-                }
-                RingEvent::Flush { ip, seq } => {
-                    d.backend_flush(now, *ip, *seq);
-                }
-                RingEvent::Remove { ip } => {
-                    if let Some(r) = d.remove_admin(*ip) {
-                        removals.push(r);
-                    }
-                }
-                RingEvent::Vhosts { ip, vhosts } => {
-                    d.set_vhosts(*ip, *vhosts);
-                }
-            }
-            // Forward under the lock: events keep their order on every
-            // connection.
-            let events = d.take_events();
-            self.broadcast_events(&events, from);
-        }
-        for r in &removals {
-            info!(ip = %r.ip, users_unpinned = r.users_unpinned, "backend removed (ring)");
-            shared.kick_removed(r);
-        }
-        if !kicks.is_empty() {
-            info!(
-                kicks = kicks.len(),
-                "a ring merge moved a user; kicking its sessions on the old backend"
+    /// Queues to a connection; one that fell too far behind is closed
+    /// (its task says `QUIT resync`) and re-synchronises by snapshot.
+    fn queue(&self, link: LinkId, cmd: LinkCmd) {
+        let mut links = lock(&self.links);
+        let Some(tx) = links.get(&link) else {
+            return;
+        };
+        if tx.try_send(cmd).is_err() {
+            warn!(
+                link,
+                "ring connection too far behind; closing it to re-synchronise"
             );
-            shared.kick_now(kicks);
+            self.stats.links_behind.fetch_add(1, Ordering::Relaxed);
+            links.remove(&link);
         }
     }
 
-    fn apply(&self, shared: &Arc<Shared>, msg: RingMsg, from: Option<LinkId>) {
-        match msg {
-            RingMsg::Add { .. } | RingMsg::Remove { .. } => self.merge_member(shared, &msg, from),
-            RingMsg::Event(e) => self.apply_event(shared, &e, from),
-            RingMsg::User(r) => self.apply_event(shared, &RingEvent::Assign(r), from),
-            other => debug!(?other, "ring line ignored on an established connection"),
-        }
-    }
-
-    // ---- connections -------------------------------------------------------
-
-    fn register(&self, peer: SocketAddr, dialed: bool) -> (LinkId, mpsc::Receiver<Line>) {
+    fn register(&self) -> (LinkId, mpsc::Receiver<LinkCmd>) {
         self.stats.links_up.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel(LINK_QUEUE);
-        let mut links = lock(&self.links);
-        links.next += 1;
-        let id = links.next;
-        links.map.insert(id, Link { peer, dialed, tx });
+        let id = self.next_link.fetch_add(1, Ordering::Relaxed);
+        lock(&self.links).insert(id, tx);
         (id, rx)
     }
 
     fn unregister(&self, id: LinkId) {
-        lock(&self.links).map.remove(&id);
+        lock(&self.links).remove(&id);
         self.links_changed.notify_waiters();
     }
 
-    async fn send_snapshot<S>(
-        &self,
-        shared: &Shared,
-        framed: &mut Framed<S, LineCodec>,
-        full: bool,
-    ) -> Result<(), ()>
-    where
-        S: AsyncRead + AsyncWrite + Unpin,
-    {
-        let now = self.now(shared);
-        let limit = self.settings.write_timeout;
-        for m in self.member_lines(now) {
-            write(framed, &m.to_fields(), false, limit).await?;
-        }
-        if full {
-            let (backends, users) = {
-                let d = shared.director();
-                (d.backend_states(), d.user_records(now))
-            };
-            for b in backends {
-                write(
-                    framed,
-                    &RingMsg::Event(RingEvent::Backend(b)).to_fields(),
-                    false,
-                    limit,
-                )
-                .await?;
-            }
-            for u in users {
-                write(framed, &RingMsg::User(u).to_fields(), false, limit).await?;
-            }
-        }
-        write(framed, &RingMsg::SyncDone.to_fields(), true, limit).await
-    }
+    // ---- connections -------------------------------------------------------
 
     async fn quit<S>(&self, framed: &mut Framed<S, LineCodec>, reason: &str)
     where
@@ -690,20 +559,19 @@ impl RingCore {
         .await;
     }
 
-    /// Runs an authenticated ring connection until it ends: both
-    /// snapshots, then events, keepalives and the read deadline.
+    /// Runs an authenticated ring connection: tells the state machine it
+    /// is up, then moves lines both ways until either side ends it.
     async fn run_link<S>(
         self: &Arc<Self>,
         shared: &Arc<Shared>,
         mut framed: Framed<S, LineCodec>,
         peer: SocketAddr,
-        dialed: bool,
-        mut cancel: Option<watch::Receiver<bool>>,
-    ) -> End
-    where
+        dial: Option<u64>,
+        mut stop: Option<watch::Receiver<bool>>,
+    ) where
         S: AsyncRead + AsyncWrite + Unpin,
     {
-        let (id, mut rx) = self.register(peer, dialed);
+        let (id, mut rx) = self.register();
         struct Unregister<'a>(&'a RingCore, LinkId);
         impl Drop for Unregister<'_> {
             fn drop(&mut self) {
@@ -711,59 +579,53 @@ impl RingCore {
             }
         }
         let _unregister = Unregister(self, id);
-        debug!(%peer, dialed, "ring connection up");
-        let mut leaving = self.leaving.subscribe();
-        if self.send_snapshot(shared, &mut framed, true).await.is_err() {
-            return End::Lost;
-        }
+        debug!(%peer, dialed = dial.is_some(), link = id, "ring connection up");
+        self.step(
+            shared,
+            Input::LinkUp {
+                link: id,
+                peer,
+                dial,
+            },
+        );
         let limit = self.settings.write_timeout;
-        let interval = self.settings.ping_interval;
-        let silence = interval + self.settings.ping_timeout;
-        let mut ping = tokio::time::interval_at(Instant::now() + interval, interval);
-        let mut last_heard = Instant::now();
-        loop {
+        let end = loop {
             tokio::select! {
-                _ = until_true(&mut leaving) => {
-                    // Our own DIRECTOR-REMOVE is queued before the flag.
-                    while let Ok(line) = rx.try_recv() {
-                        if write(&mut framed, &line, false, limit).await.is_err() {
-                            return End::Ours;
-                        }
-                    }
+                _ = until_true_opt(&mut stop) => {
                     self.quit(&mut framed, "shutting down").await;
-                    return End::Ours;
+                    break End::Ours;
                 }
-                _ = until_true_opt(&mut cancel) => {
-                    self.quit(&mut framed, "retarget").await;
-                    return End::Ours;
-                }
-                line = rx.recv() => match line {
-                    Some(line) => {
-                        if write(&mut framed, &line, rx.is_empty(), limit).await.is_err() {
-                            return End::Lost;
+                cmd = rx.recv() => match cmd {
+                    Some(LinkCmd::Msgs(msgs)) => {
+                        let n = msgs.len();
+                        let mut failed = false;
+                        for (i, m) in msgs.iter().enumerate() {
+                            let flush = i + 1 == n && rx.is_empty();
+                            if write(&mut framed, &m.to_fields(), flush, limit).await.is_err() {
+                                failed = true;
+                                break;
+                            }
+                        }
+                        if failed {
+                            break End::Lost;
                         }
                     }
+                    Some(LinkCmd::Close(reason)) => {
+                        self.quit(&mut framed, reason).await;
+                        break End::Ours;
+                    }
+                    Some(LinkCmd::Drop) => break End::Ours,
                     None => {
                         self.quit(&mut framed, "resync").await;
-                        return End::Ours;
+                        break End::Ours;
                     }
                 },
-                _ = ping.tick() => {
-                    if write(&mut framed, &RingMsg::Ping.to_fields(), true, limit).await.is_err() {
-                        return End::Lost;
-                    }
-                }
-                _ = tokio::time::sleep_until(last_heard + silence) => {
-                    info!(%peer, "ring peer silent past ping_interval + ping_timeout");
-                    return End::Lost;
-                }
                 item = framed.next() => {
-                    last_heard = Instant::now();
                     let fields = match item {
-                        None => return End::Lost,
+                        None => break End::Lost,
                         Some(Err(e)) => {
                             debug!(%peer, error = %e, "ring connection broken");
-                            return End::Lost;
+                            break End::Lost;
                         }
                         Some(Ok(Err(e))) => {
                             debug!(%peer, error = %e, "bad ring line ignored");
@@ -772,23 +634,20 @@ impl RingCore {
                         Some(Ok(Ok(fields))) => fields,
                     };
                     match RingMsg::parse(&fields) {
-                        Ok(RingMsg::Quit { reason }) => {
-                            debug!(%peer, %reason, "ring peer closed the connection");
-                            return End::PeerQuit;
-                        }
-                        Ok(RingMsg::Ping) => {
-                            if write(&mut framed, &RingMsg::Pong.to_fields(), true, limit).await.is_err() {
-                                return End::Lost;
+                        Ok(msg) => {
+                            let quit = matches!(msg, RingMsg::Quit { .. });
+                            self.step(shared, Input::Line { link: id, msg });
+                            if quit {
+                                debug!(%peer, "ring peer closed the connection");
+                                break End::PeerQuit;
                             }
                         }
-                        Ok(RingMsg::Pong) => {}
-                        Ok(RingMsg::SyncDone) => debug!(%peer, "ring snapshot received"),
-                        Ok(msg) => self.apply(shared, msg, Some(id)),
                         Err(e) => debug!(%peer, error = %e, "ring line ignored"),
                     }
                 }
             }
-        }
+        };
+        self.step(shared, Input::LinkDown { link: id, end });
     }
 
     fn allowed(&self, ip: std::net::IpAddr) -> bool {
@@ -834,15 +693,11 @@ impl RingCore {
         };
         let reason = if !roles.director {
             Some("forbidden: ring commands need the director role")
-        } else if *self.leaving.borrow() {
-            Some("shutting down")
         } else if !self.allowed(from.ip()) || !self.allowed(addr.ip()) {
             warn!(%from, claimed = %addr, "ring join from outside join_allowed_nets refused");
             Some("address not allowed")
-        } else if addr == me {
-            Some("self")
         } else {
-            None
+            lock(&self.node).join_refusal(addr)
         };
         if let Some(reason) = reason {
             self.stats.joins_refused.fetch_add(1, Ordering::Relaxed);
@@ -902,14 +757,9 @@ impl RingCore {
                 return;
             }
         };
-        if *self.leaving.borrow() {
-            let _ = write(
-                &mut framed,
-                &refuse("shutting down").to_fields(),
-                true,
-                limit,
-            )
-            .await;
+        let refusal = lock(&self.node).join_refusal(addr);
+        if let Some(reason) = refusal {
+            let _ = write(&mut framed, &refuse(reason).to_fields(), true, limit).await;
             return;
         }
         let ok = RingMsg::JoinOk {
@@ -922,21 +772,29 @@ impl RingCore {
             return;
         }
         self.stats.joins_accepted.fetch_add(1, Ordering::Relaxed);
-        // A known member re-joining changes nothing and is not re-announced.
-        self.merge_member(shared, &RingMsg::Add { addr, inc }, None);
+        {
+            let now = shared.now();
+            let mut out = Vec::new();
+            let mut node = lock(&self.node);
+            node.joined(now, addr, inc, &mut out);
+            self.carry_out(Some(shared), out);
+        }
         match mode {
             JoinMode::Poll => {
-                if self.send_snapshot(shared, &mut framed, false).await.is_ok() {
-                    self.quit(&mut framed, "poll done").await;
+                let mut msgs = { lock(&self.node).member_msgs(shared.now()) };
+                msgs.push(RingMsg::SyncDone);
+                for m in &msgs {
+                    if write(&mut framed, &m.to_fields(), false, limit)
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
                 }
+                self.quit(&mut framed, "poll done").await;
             }
             JoinMode::Ring => {
-                let end = self.run_link(shared, framed, addr, false, Some(stop)).await;
-                self.note(Note::LinkDown {
-                    peer: addr,
-                    gen: None,
-                    end,
-                });
+                self.run_link(shared, framed, addr, None, Some(stop)).await;
             }
         }
     }
@@ -1108,25 +966,24 @@ impl RingCore {
         out
     }
 
-    /// Polls one seed: its member list through the same merge. Returns
-    /// whether the dial landed on ourselves.
-    async fn poll_one(self: &Arc<Self>, shared: &Arc<Shared>, target: SocketAddr) -> bool {
+    /// Polls one seed: its member lines. Returns them and whether the dial
+    /// landed on ourselves.
+    async fn poll_one(&self, target: SocketAddr) -> (Vec<RingMsg>, bool) {
         let (mut framed, _, _) = match self.dial(target, JoinMode::Poll).await {
             Ok(c) => c,
-            Err(DialError::SelfDial) => return true,
+            Err(DialError::SelfDial) => return (Vec::new(), true),
             Err(e) => {
                 debug!(%target, error = %e, "seed poll failed");
-                return false;
+                return (Vec::new(), false);
             }
         };
+        let mut lines = Vec::new();
         let read = async {
             for _ in 0..POLL_MAX_LINES {
                 match framed.next().await {
                     Some(Ok(Ok(fields))) => match RingMsg::parse(&fields) {
                         Ok(RingMsg::SyncDone) | Ok(RingMsg::Quit { .. }) => return,
-                        Ok(m @ (RingMsg::Add { .. } | RingMsg::Remove { .. })) => {
-                            self.merge_member(shared, &m, None)
-                        }
+                        Ok(m @ (RingMsg::Add { .. } | RingMsg::Remove { .. })) => lines.push(m),
                         _ => {}
                     },
                     Some(Ok(Err(_))) => {}
@@ -1135,77 +992,104 @@ impl RingCore {
             }
         };
         let _ = tokio::time::timeout(POLL_TIMEOUT, read).await;
-        false
+        (lines, false)
     }
 
-    /// One poll round over every seed target. Returns whether any dial
-    /// landed on ourselves (a load-balanced seed).
-    async fn poll_round(self: Arc<Self>, shared: Arc<Shared>) -> bool {
+    /// One poll round over every seed target.
+    async fn poll_round(self: Arc<Self>, shared: Arc<Shared>) {
         let targets = self.seed_targets().await;
         let polls = targets.into_iter().map(|t| {
             let core = self.clone();
-            let shared = shared.clone();
-            async move { core.poll_one(&shared, t).await }
+            async move { core.poll_one(t).await }
         });
-        futures::future::join_all(polls)
-            .await
-            .into_iter()
-            .any(|s| s)
+        let mut lines = Vec::new();
+        let mut self_dial = false;
+        for (l, s) in futures::future::join_all(polls).await {
+            lines.extend(l);
+            self_dial |= s;
+        }
+        self.step(&shared, Input::PollDone { self_dial, lines });
+    }
+
+    async fn dial_task(self: Arc<Self>, shared: Arc<Shared>, target: SocketAddr, gen: u64) {
+        let failure = match self.dial(target, JoinMode::Ring).await {
+            Ok((framed, addr, _)) if addr == target => {
+                self.run_link(&shared, framed, target, Some(gen), None)
+                    .await;
+                return;
+            }
+            Ok((mut framed, addr, _)) => {
+                self.quit(&mut framed, "wrong member").await;
+                warn!(%target, answers_as = %addr, "ring dial reached another member");
+                DialFailure::Refused
+            }
+            Err(DialError::Unreachable(why)) => {
+                debug!(%target, %why, "ring dial failed");
+                DialFailure::Unreachable
+            }
+            Err(other) => {
+                warn!(%target, error = %other, "ring dial refused");
+                DialFailure::Refused
+            }
+        };
+        self.step(&shared, Input::DialFailed { gen, failure });
     }
 
     // ---- the main loop -----------------------------------------------------
 
     /// Runs the ring until `shutdown` turns true, then leaves gracefully.
     pub async fn run(self: Arc<Self>, shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
-        let Some(notes) = lock(&self.notes_rx).take() else {
+        let Some(mut actions) = lock(&self.actions_rx).take() else {
             return;
         };
         info!(me = %self.settings.me, incarnation = self.settings.incarnation, seeds = ?self.settings.peers, "director ring starting");
-        let mut main = MainLoop {
-            core: self.clone(),
-            shared: shared.clone(),
-            tasks: JoinSet::new(),
-            dial: None,
-            gen: 0,
-            probing: HashSet::new(),
-            not_before: HashMap::new(),
-            next_poll: (!self.settings.peers.is_empty()).then(Instant::now),
-        };
-        main.run(notes, &mut shutdown).await;
+        let mut tasks = JoinSet::new();
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                r = shutdown.wait_for(|v| *v) => {
+                    let _ = r;
+                    break;
+                }
+                action = actions.recv() => {
+                    let Some(action) = action else { break };
+                    let core = self.clone();
+                    let shared = shared.clone();
+                    match action {
+                        Action::Dial { peer, gen } => {
+                            tasks.spawn(core.dial_task(shared, peer, gen));
+                        }
+                        Action::Probe { peer, inc } => {
+                            tasks.spawn(async move {
+                                let alive = core.probe(peer).await;
+                                core.step(&shared, Input::Probed { peer, inc, alive });
+                            });
+                        }
+                        Action::Poll => {
+                            tasks.spawn(core.poll_round(shared));
+                        }
+                    }
+                }
+                _ = tick.tick() => self.step(&shared, Input::Tick),
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            }
+        }
         self.leave(&shared).await;
-        main.tasks.abort_all();
+        tasks.abort_all();
     }
 
     /// Graceful leave: announce our own removal, QUIT every connection,
     /// refuse new joins; bounded by `leave_timeout`.
-    pub async fn leave(&self, shared: &Shared) {
-        if *self.leaving.borrow() {
+    pub async fn leave(&self, shared: &Arc<Shared>) {
+        if lock(&self.node).is_leaving() {
             return;
         }
-        let now = self.now(shared);
-        let (inc, ttl) = {
-            let mut m = lock(&self.membership);
-            let inc = m.leave(now);
-            let ttl = m
-                .tomb_list(now)
-                .into_iter()
-                .find(|(a, _, _)| *a == self.settings.me)
-                .and_then(|t| t.2);
-            (inc, ttl)
-        };
-        self.broadcast(
-            &RingMsg::Remove {
-                addr: self.settings.me,
-                inc,
-                ttl_ms: ttl,
-            },
-            None,
-        );
-        let _ = self.leaving.send(true);
+        self.step(shared, Input::Leave);
         let deadline = Instant::now() + self.settings.leave_timeout;
         loop {
             let changed = self.links_changed.notified();
-            if lock(&self.links).map.is_empty() {
+            if lock(&self.links).is_empty() {
                 break;
             }
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
@@ -1213,282 +1097,5 @@ impl RingCore {
             }
         }
         info!("left the director ring");
-    }
-}
-
-struct Dial {
-    peer: SocketAddr,
-    gen: u64,
-    cancel: watch::Sender<bool>,
-}
-
-struct MainLoop {
-    core: Arc<RingCore>,
-    shared: Arc<Shared>,
-    tasks: JoinSet<()>,
-    dial: Option<Dial>,
-    gen: u64,
-    probing: HashSet<SocketAddr>,
-    not_before: HashMap<SocketAddr, Instant>,
-    /// None: no (more) seed polls.
-    next_poll: Option<Instant>,
-}
-
-type PollFuture = Pin<Box<dyn Future<Output = bool> + Send>>;
-
-impl MainLoop {
-    async fn run(
-        &mut self,
-        mut notes: mpsc::UnboundedReceiver<Note>,
-        shutdown: &mut watch::Receiver<bool>,
-    ) {
-        let mut tick = tokio::time::interval(TICK);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let ae_every = self.core.settings.anti_entropy;
-        let mut next_ae = ae_every.map(|d| Instant::now() + d);
-        let mut poll: Option<PollFuture> = None;
-        loop {
-            let poll_due = self.next_poll.filter(|_| poll.is_none());
-            tokio::select! {
-                _ = until_true(shutdown) => return,
-                note = notes.recv() => match note {
-                    Some(n) => self.handle(n),
-                    None => return,
-                },
-                _ = tick.tick() => {
-                    let now = self.shared.now();
-                    lock(&self.core.membership).expire(now);
-                    self.reconcile();
-                }
-                _ = sleep_until_opt(next_ae) => {
-                    let now = self.shared.now();
-                    let lines: Vec<Line> = self
-                        .core
-                        .member_lines(now)
-                        .iter()
-                        .map(|m| Arc::new(m.to_fields()))
-                        .collect();
-                    self.core.broadcast_lines(&lines, None);
-                    next_ae = ae_every.map(|d| Instant::now() + d);
-                }
-                _ = sleep_until_opt(poll_due) => {
-                    poll = Some(Box::pin(self.core.clone().poll_round(self.shared.clone())));
-                }
-                self_dial = async { match poll.as_mut() { Some(p) => p.await, None => std::future::pending().await } } => {
-                    poll = None;
-                    self.next_poll = self.poll_after(self_dial);
-                    self.reconcile();
-                }
-                Some(_) = self.tasks.join_next(), if !self.tasks.is_empty() => {}
-            }
-        }
-    }
-
-    /// When the next seed poll is due: `seed_poll_interval` below
-    /// `min_members`, `seed_poll_idle_interval` at it, 500 ms after a
-    /// self-dial; None when polling once.
-    fn poll_after(&self, self_dial: bool) -> Option<Instant> {
-        let s = &self.core.settings;
-        if s.peers.is_empty() {
-            return None;
-        }
-        let now = Instant::now();
-        if self_dial {
-            return Some(now + SELF_DIAL_RETRY);
-        }
-        let every = s.seed_poll?;
-        let members = lock(&self.core.membership).len();
-        Some(
-            now + if members >= s.min_members {
-                s.seed_poll_idle
-            } else {
-                every
-            },
-        )
-    }
-
-    fn handle(&mut self, note: Note) {
-        let now = Instant::now();
-        match note {
-            Note::LinkDown { peer, gen, end } => {
-                if gen.is_some() && self.dial.as_ref().map(|d| d.gen) == gen {
-                    self.dial = None;
-                }
-                match end {
-                    End::Ours => {}
-                    End::PeerQuit => {
-                        self.not_before.insert(peer, now + QUIT_RETRY);
-                    }
-                    End::Lost => self.suspect(peer),
-                }
-            }
-            Note::DialFailed { peer, gen, err } => {
-                if self.dial.as_ref().map(|d| d.gen) == Some(gen) {
-                    self.dial = None;
-                }
-                match err {
-                    DialError::Unreachable(why) => {
-                        debug!(%peer, %why, "ring dial failed");
-                        self.not_before.insert(peer, now + QUIT_RETRY);
-                        self.suspect(peer);
-                    }
-                    other => {
-                        warn!(%peer, error = %other, "ring dial refused");
-                        self.not_before.insert(peer, now + JOIN_RETRY);
-                    }
-                }
-            }
-            Note::Changed => {
-                let s = &self.core.settings;
-                if let (Some(every), Some(next)) = (s.seed_poll, self.next_poll) {
-                    if lock(&self.core.membership).len() < s.min_members && next > now + every {
-                        self.next_poll = Some(now + every);
-                    }
-                }
-            }
-            Note::Probed { peer, inc, alive } => {
-                self.probing.remove(&peer);
-                if alive {
-                    self.not_before.remove(&peer);
-                } else {
-                    self.declare_dead(peer, inc);
-                }
-            }
-        }
-        self.reconcile();
-    }
-
-    /// A connection to `peer` was lost: if it is a neighbour, confirm with
-    /// probes before declaring it dead.
-    fn suspect(&mut self, peer: SocketAddr) {
-        let inc = {
-            let m = lock(&self.core.membership);
-            if !m.is_neighbour(peer) {
-                return;
-            }
-            match m.inc_of(peer) {
-                Some(inc) => inc,
-                None => return,
-            }
-        };
-        if !self.probing.insert(peer) {
-            return;
-        }
-        let core = self.core.clone();
-        self.tasks.spawn(async move {
-            let alive = core.probe(peer).await;
-            core.note(Note::Probed { peer, inc, alive });
-        });
-    }
-
-    fn declare_dead(&mut self, peer: SocketAddr, inc: u64) {
-        let now = self.shared.now();
-        let removed = {
-            let mut m = lock(&self.core.membership);
-            if m.inc_of(peer) != Some(inc) {
-                None
-            } else {
-                m.declare_dead(peer, now).map(|inc| {
-                    let ttl = m
-                        .tomb_list(now)
-                        .into_iter()
-                        .find(|(a, _, _)| *a == peer)
-                        .and_then(|t| t.2);
-                    (inc, ttl)
-                })
-            }
-        };
-        if let Some((inc, ttl_ms)) = removed {
-            info!(member = %peer, "director declared dead by its neighbour");
-            self.core
-                .stats
-                .deaths_declared
-                .fetch_add(1, Ordering::Relaxed);
-            // Over the current connections, before the neighbours change.
-            self.core.broadcast(
-                &RingMsg::Remove {
-                    addr: peer,
-                    inc,
-                    ttl_ms,
-                },
-                None,
-            );
-        }
-    }
-
-    /// Points the one outgoing ring connection at the right neighbour.
-    fn reconcile(&mut self) {
-        if *self.core.leaving.borrow() {
-            return;
-        }
-        let target = lock(&self.core.membership).dial_target();
-        if let Some(d) = &self.dial {
-            if Some(d.peer) == target {
-                return;
-            }
-            debug!(from = %d.peer, to = ?target, "ring dial re-targeted");
-            let _ = d.cancel.send(true);
-            self.dial = None;
-        }
-        let Some(target) = target else {
-            return;
-        };
-        if self.probing.contains(&target)
-            || self
-                .not_before
-                .get(&target)
-                .is_some_and(|t| Instant::now() < *t)
-        {
-            return;
-        }
-        self.gen += 1;
-        let gen = self.gen;
-        let (cancel, cancel_rx) = watch::channel(false);
-        self.dial = Some(Dial {
-            peer: target,
-            gen,
-            cancel,
-        });
-        let core = self.core.clone();
-        let shared = self.shared.clone();
-        self.tasks.spawn(async move {
-            let mut stop = cancel_rx.clone();
-            let dialed = tokio::select! {
-                r = core.dial(target, JoinMode::Ring) => r,
-                _ = until_true(&mut stop) => return,
-            };
-            match dialed {
-                Ok((framed, addr, _)) if addr == target => {
-                    let end = core
-                        .run_link(&shared, framed, target, true, Some(cancel_rx))
-                        .await;
-                    core.note(Note::LinkDown {
-                        peer: target,
-                        gen: Some(gen),
-                        end,
-                    });
-                }
-                Ok((mut framed, addr, _)) => {
-                    core.quit(&mut framed, "wrong member").await;
-                    core.note(Note::DialFailed {
-                        peer: target,
-                        gen,
-                        err: DialError::Protocol(format!("{target} answers as {addr}")),
-                    });
-                }
-                Err(err) => core.note(Note::DialFailed {
-                    peer: target,
-                    gen,
-                    err,
-                }),
-            }
-        });
-    }
-}
-
-async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
