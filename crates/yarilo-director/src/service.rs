@@ -268,6 +268,9 @@ impl Shared {
     /// Registers the metrics in `registry`.
     pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
         self.metrics.register(registry);
+        if let Some(ring) = self.ring() {
+            ring.stats().register(registry);
+        }
     }
 
     /// Runs the timers once (the serve loop calls this every second).

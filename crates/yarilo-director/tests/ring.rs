@@ -8,7 +8,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -285,38 +284,16 @@ async fn three_directors_form_a_ring_agree_survive_a_kill_and_a_rejoin() {
     // kill -9 of the middle director: both neighbours notice.
     let b_addr = b.addr;
     let b_ip = b_addr.ip().to_string();
-    let deaths_before = a
-        .shared
-        .ring()
-        .unwrap()
-        .stats()
-        .deaths_declared
-        .load(Ordering::Relaxed)
-        + c.shared
-            .ring()
-            .unwrap()
-            .stats()
-            .deaths_declared
-            .load(Ordering::Relaxed);
+    let deaths_before = a.shared.ring().unwrap().stats().deaths_declared.get()
+        + c.shared.ring().unwrap().stats().deaths_declared.get();
     let t = Instant::now();
     b.kill();
     let killed = wait_until("a and c drop the killed director", || {
         agree(&[&a, &c], &[a.addr, c.addr])
     })
     .await;
-    let deaths = a
-        .shared
-        .ring()
-        .unwrap()
-        .stats()
-        .deaths_declared
-        .load(Ordering::Relaxed)
-        + c.shared
-            .ring()
-            .unwrap()
-            .stats()
-            .deaths_declared
-            .load(Ordering::Relaxed)
+    let deaths = a.shared.ring().unwrap().stats().deaths_declared.get()
+        + c.shared.ring().unwrap().stats().deaths_declared.get()
         - deaths_before;
     println!(
         "ring: kill -9 detected and converged in {} ms ({} declaration(s) by the neighbours)",
@@ -423,15 +400,7 @@ async fn a_join_with_a_bad_proof_is_refused() {
     let reply = recv(&mut c).await;
     assert_eq!(reply, ["JOIN-FAIL", "bad proof"]);
     assert_eq!(node.members(), vec![node.addr]);
-    assert_eq!(
-        node.shared
-            .ring()
-            .unwrap()
-            .stats()
-            .joins_refused
-            .load(Ordering::Relaxed),
-        1
-    );
+    assert_eq!(node.shared.ring().unwrap().stats().joins_refused.get(), 1);
     // A LOOKUP client that sends ring lines gets an answer, not a crash.
     let mut c = connect(node.addr).await;
     c.send(&["DIRECTOR-HELLO", "garbage"][..]).await.unwrap();
@@ -460,14 +429,7 @@ async fn a_director_with_another_secret_or_none_never_joins() {
     for n in [&a, &b, &c] {
         lookup(n.addr, "someone").await;
     }
-    let proofs_failed = |n: &Node| {
-        n.shared
-            .ring()
-            .unwrap()
-            .stats()
-            .proofs_failed
-            .load(Ordering::Relaxed)
-    };
+    let proofs_failed = |n: &Node| n.shared.ring().unwrap().stats().proofs_failed.get();
     assert!(proofs_failed(&a) >= 1 && proofs_failed(&b) >= 1);
     a.terminate().await;
     b.terminate().await;
@@ -519,15 +481,7 @@ async fn a_hung_member_is_evicted_by_its_neighbour() {
         "ring: hung member (no RST) evicted in {} ms",
         t.elapsed().as_millis()
     );
-    assert_eq!(
-        node.shared
-            .ring()
-            .unwrap()
-            .stats()
-            .deaths_declared
-            .load(Ordering::Relaxed),
-        1
-    );
+    assert_eq!(node.shared.ring().unwrap().stats().deaths_declared.get(), 1);
     drop(hung);
     node.terminate().await;
 }

@@ -46,6 +46,10 @@ pub mod wire;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -250,24 +254,77 @@ pub enum DialError {
     Protocol(String),
 }
 
-/// Counters of one director's ring (status, metrics, tests).
+/// Counters and gauges of one director's ring (status, tests, and the
+/// `yarilo_director_ring_*` metrics; clones share the values).
 #[derive(Debug, Default)]
 pub struct RingStats {
     /// Joins (ring or poll) that passed the proof.
-    pub joins_accepted: AtomicU64,
+    pub joins_accepted: Counter,
     /// Joins refused (bad proof, not allowed, shutting down, self, role).
-    pub joins_refused: AtomicU64,
+    pub joins_refused: Counter,
     /// Join proofs that failed, on either side (a peer with another
     /// `ring_secret`, or an impostor).
-    pub proofs_failed: AtomicU64,
+    pub proofs_failed: Counter,
     /// Members this director declared dead after its probes failed.
-    pub deaths_declared: AtomicU64,
+    pub deaths_declared: Counter,
     /// Ring connections established (both directions).
-    pub links_up: AtomicU64,
+    pub links_up: Counter,
     /// Ring connections closed because they fell too far behind.
-    pub links_behind: AtomicU64,
+    pub links_behind: Counter,
     /// Sessions kicked because a ring merge moved their user.
-    pub merge_kicks: AtomicU64,
+    pub merge_kicks: Counter,
+    /// Members in this director's view (itself included).
+    pub members: Gauge,
+    /// Live ring connections.
+    pub links: Gauge,
+}
+
+impl RingStats {
+    /// Registers the ring's metrics (`yarilo_director_ring_*`).
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("yarilo_director_ring");
+        r.register(
+            "joins_accepted",
+            "Ring and poll joins that passed the proof",
+            self.joins_accepted.clone(),
+        );
+        r.register(
+            "joins_refused",
+            "Joins refused (proof, allowed nets, shutting down, role)",
+            self.joins_refused.clone(),
+        );
+        r.register(
+            "proofs_failed",
+            "Join proofs that failed on either side",
+            self.proofs_failed.clone(),
+        );
+        r.register(
+            "deaths_declared",
+            "Members this director declared dead",
+            self.deaths_declared.clone(),
+        );
+        r.register(
+            "links_established",
+            "Ring connections established",
+            self.links_up.clone(),
+        );
+        r.register(
+            "links_behind",
+            "Ring connections closed for falling behind",
+            self.links_behind.clone(),
+        );
+        r.register(
+            "merge_kicks",
+            "Sessions kicked because a ring merge moved their user",
+            self.merge_kicks.clone(),
+        );
+        r.register(
+            "members",
+            "Members in this director's view",
+            self.members.clone(),
+        );
+        r.register("links", "Live ring connections", self.links.clone());
+    }
 }
 
 /// What a connection task is told to do, in order.
@@ -454,6 +511,8 @@ impl RingCore {
         let mut out = Vec::new();
         let mut node = lock(&self.node);
         node.handle(now, input, d, &mut out);
+        self.stats.members.set(node.membership().len() as i64);
+        self.stats.links.set(node.links().len() as i64);
         self.carry_out(shared, out);
     }
 
@@ -484,9 +543,7 @@ impl RingCore {
                         kicks = kicks.len(),
                         "a ring merge moved a user; kicking its sessions on the old backend"
                     );
-                    self.stats
-                        .merge_kicks
-                        .fetch_add(kicks.len() as u64, Ordering::Relaxed);
+                    self.stats.merge_kicks.inc_by(kicks.len() as u64);
                     if let Some(s) = shared {
                         s.kick_now(kicks);
                     }
@@ -501,7 +558,7 @@ impl RingCore {
                 Output::MemberLeft(addr) => info!(member = %addr, "director left the ring"),
                 Output::DeclaredDead(addr) => {
                     info!(member = %addr, "director declared dead by its neighbour");
-                    self.stats.deaths_declared.fetch_add(1, Ordering::Relaxed);
+                    self.stats.deaths_declared.inc();
                 }
                 Output::Refuted(inc) => warn!(
                     incarnation = inc,
@@ -523,13 +580,13 @@ impl RingCore {
                 link,
                 "ring connection too far behind; closing it to re-synchronise"
             );
-            self.stats.links_behind.fetch_add(1, Ordering::Relaxed);
+            self.stats.links_behind.inc();
             links.remove(&link);
         }
     }
 
     fn register(&self) -> (LinkId, mpsc::Receiver<LinkCmd>) {
-        self.stats.links_up.fetch_add(1, Ordering::Relaxed);
+        self.stats.links_up.inc();
         let (tx, rx) = mpsc::channel(LINK_QUEUE);
         let id = self.next_link.fetch_add(1, Ordering::Relaxed);
         lock(&self.links).insert(id, tx);
@@ -700,7 +757,7 @@ impl RingCore {
             lock(&self.node).join_refusal(addr)
         };
         if let Some(reason) = reason {
-            self.stats.joins_refused.fetch_add(1, Ordering::Relaxed);
+            self.stats.joins_refused.inc();
             let _ = write(&mut framed, &refuse(reason).to_fields(), true, limit).await;
             return;
         }
@@ -740,8 +797,8 @@ impl RingCore {
             }
             Ok(RingMsg::Join { .. }) => {
                 warn!(%from, claimed = %addr, "ring join with a bad proof refused (ring_secret differs?)");
-                self.stats.joins_refused.fetch_add(1, Ordering::Relaxed);
-                self.stats.proofs_failed.fetch_add(1, Ordering::Relaxed);
+                self.stats.joins_refused.inc();
+                self.stats.proofs_failed.inc();
                 let _ = write(&mut framed, &refuse("bad proof").to_fields(), true, limit).await;
                 return;
             }
@@ -771,7 +828,7 @@ impl RingCore {
         {
             return;
         }
-        self.stats.joins_accepted.fetch_add(1, Ordering::Relaxed);
+        self.stats.joins_accepted.inc();
         {
             let now = shared.now();
             let mut out = Vec::new();
@@ -865,7 +922,7 @@ impl RingCore {
                         &proof,
                     )
                 {
-                    self.stats.proofs_failed.fetch_add(1, Ordering::Relaxed);
+                    self.stats.proofs_failed.inc();
                     return Err(DialError::BadProof);
                 }
                 (addr, nonce)
@@ -966,15 +1023,16 @@ impl RingCore {
         out
     }
 
-    /// Polls one seed: its member lines. Returns them and whether the dial
-    /// landed on ourselves.
-    async fn poll_one(&self, target: SocketAddr) -> (Vec<RingMsg>, bool) {
+    /// Polls one seed: its member lines, whether the dial landed on
+    /// ourselves, and whether nobody answered.
+    async fn poll_one(&self, target: SocketAddr) -> (Vec<RingMsg>, bool, bool) {
         let (mut framed, _, _) = match self.dial(target, JoinMode::Poll).await {
             Ok(c) => c,
-            Err(DialError::SelfDial) => return (Vec::new(), true),
+            Err(DialError::SelfDial) => return (Vec::new(), true, false),
             Err(e) => {
                 debug!(%target, error = %e, "seed poll failed");
-                return (Vec::new(), false);
+                let unreachable = matches!(e, DialError::Unreachable(_));
+                return (Vec::new(), false, unreachable);
             }
         };
         let mut lines = Vec::new();
@@ -992,7 +1050,7 @@ impl RingCore {
             }
         };
         let _ = tokio::time::timeout(POLL_TIMEOUT, read).await;
-        (lines, false)
+        (lines, false, false)
     }
 
     /// One poll round over every seed target.
@@ -1000,15 +1058,26 @@ impl RingCore {
         let targets = self.seed_targets().await;
         let polls = targets.into_iter().map(|t| {
             let core = self.clone();
-            async move { core.poll_one(t).await }
+            async move { (t, core.poll_one(t).await) }
         });
         let mut lines = Vec::new();
         let mut self_dial = false;
-        for (l, s) in futures::future::join_all(polls).await {
+        let mut unreachable = Vec::new();
+        for (t, (l, s, u)) in futures::future::join_all(polls).await {
             lines.extend(l);
             self_dial |= s;
+            if u {
+                unreachable.push(t);
+            }
         }
-        self.step(&shared, Input::PollDone { self_dial, lines });
+        self.step(
+            &shared,
+            Input::PollDone {
+                self_dial,
+                lines,
+                unreachable,
+            },
+        );
     }
 
     async fn dial_task(self: Arc<Self>, shared: Arc<Shared>, target: SocketAddr, gen: u64) {

@@ -119,11 +119,12 @@ pub enum Input {
         inc: u64,
         alive: bool,
     },
-    /// A seed poll round finished: the member lines it read, and whether a
-    /// dial landed on ourselves.
+    /// A seed poll round finished: the member lines it read, whether a
+    /// dial landed on ourselves, and the targets nobody answered at.
     PollDone {
         self_dial: bool,
         lines: Vec<RingMsg>,
+        unreachable: Vec<SocketAddr>,
     },
     /// Changes made here (LOOKUP pins, heartbeats, admin actions).
     Local(Vec<RingEvent>),
@@ -348,12 +349,21 @@ impl RingNode {
                     self.declare_dead(now, peer, inc, out);
                 }
             }
-            Input::PollDone { self_dial, lines } => {
+            Input::PollDone {
+                self_dial,
+                lines,
+                unreachable,
+            } => {
                 self.polling = false;
                 for m in &lines {
                     if matches!(m, RingMsg::Add { .. } | RingMsg::Remove { .. }) {
                         self.merge_member(now, m, None, out);
                     }
+                }
+                // A member the seed lists but nobody answers at: probe it
+                // (the poll is every member's second pair of eyes).
+                for a in unreachable {
+                    self.suspect_member(a);
                 }
                 self.next_poll = self.poll_after(now, self_dial);
             }
@@ -686,7 +696,14 @@ impl RingNode {
     /// A connection to `peer` was lost or a dial failed: if it is a
     /// neighbour, confirm with probes before declaring it dead.
     fn suspect(&mut self, peer: SocketAddr) {
-        if !self.membership.is_neighbour(peer) || self.leaving {
+        if !self.membership.is_neighbour(peer) {
+            return;
+        }
+        self.suspect_member(peer);
+    }
+
+    fn suspect_member(&mut self, peer: SocketAddr) {
+        if self.leaving || peer == self.cfg.me {
             return;
         }
         let Some(inc) = self.membership.inc_of(peer) else {

@@ -45,7 +45,6 @@ const DIAL_TIMEOUT: Tick = 2_000;
 const PROBE_TIMEOUT_ALL: Tick = 3 * 1_000 + 2 * 200;
 /// Three refused probes with their gaps.
 const PROBE_REFUSED_ALL: Tick = 2 * 200 + 3;
-const POLL_TIMEOUT: Tick = 5_000;
 /// How often the driver ticks the state machine (as the tokio driver).
 const TICK: Tick = 250;
 
@@ -663,6 +662,7 @@ impl Sim {
         };
         let mut lines = Vec::new();
         let mut self_dial = false;
+        let mut unreachable = Vec::new();
         let mut slowest = 2 * self.latency();
         let (my_addr, my_inc) = (me, self.pods[pod].proc.as_ref().unwrap().node.incarnation());
         for t in targets {
@@ -672,10 +672,17 @@ impl Sim {
             }
             let Some(tp) = self.pod_of(t) else {
                 slowest = slowest.max(DIAL_TIMEOUT);
+                unreachable.push(t);
                 continue;
             };
             if self.cut(pod, tp) || self.pods[tp].proc.as_ref().is_some_and(|p| p.hung) {
-                slowest = slowest.max(POLL_TIMEOUT);
+                // No greeting within the dial's bound.
+                slowest = slowest.max(DIAL_TIMEOUT);
+                unreachable.push(t);
+                continue;
+            }
+            if self.pods[tp].proc.is_none() {
+                unreachable.push(t);
                 continue;
             }
             let now = self.now;
@@ -695,7 +702,11 @@ impl Sim {
             when,
             pod,
             life,
-            Ev::Input(Input::PollDone { self_dial, lines }),
+            Ev::Input(Input::PollDone {
+                self_dial,
+                lines,
+                unreachable,
+            }),
         );
     }
 
