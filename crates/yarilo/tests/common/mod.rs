@@ -91,6 +91,28 @@ impl Process {
         false
     }
 
+    /// Sends `signal` (a `kill` name: `KILL`, `TERM`, `STOP`, `CONT`).
+    pub fn signal(&self, signal: &str) {
+        let ok = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .expect("the `kill` command is required (procps)")
+            .success();
+        assert!(ok, "kill -{signal} {} failed", self.child.id());
+    }
+
+    /// Waits up to `within` for the process to exit; whether it did.
+    pub fn exits_within(&mut self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if self.child.try_wait().unwrap().is_some() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
     /// Sends SIGTERM and waits up to `within` for the exit code.
     pub fn sigterm_and_wait(&mut self, within: Duration) -> Option<i32> {
         Command::new("kill")
