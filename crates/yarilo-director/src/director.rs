@@ -309,6 +309,13 @@ pub struct Director {
     replicating: bool,
     /// Changes the ring must forward; drained by [`Director::take_events`].
     events: Vec<RingEvent>,
+    /// Closed session ids: when, and the close's envelope (replication's
+    /// loop guard, see replica).
+    closed_sessions: HashMap<Box<str>, (Tick, DirectorId, u64)>,
+    /// Replicated kicks already seen: (origin, seq) → when.
+    kicks_seen: HashMap<(DirectorId, u64), Tick>,
+    /// The latest clock reading seen (for calls that take none).
+    last_now: Tick,
 }
 
 impl Director {
@@ -327,6 +334,9 @@ impl Director {
             scratch: Vec::with_capacity(128),
             replicating: false,
             events: Vec::new(),
+            closed_sessions: HashMap::new(),
+            kicks_seen: HashMap::new(),
+            last_now: 0,
             settings,
             me,
             clock: 0,
@@ -628,14 +638,17 @@ impl Director {
         }
         backends.sort_unstable();
         backends.dedup();
-        backends
+        let kicks: Vec<Kick> = backends
             .into_iter()
             .filter_map(|b| self.backends.get(b))
             .map(|b| Kick {
                 user: user.to_string(),
                 backend: b.ip,
             })
-            .collect()
+            .collect();
+        // Every director's watchers get them: a login watches one.
+        self.emit_kicks(now, &kicks);
+        kicks
     }
 
     /// Admin map: the live pin of `user` (if any) and its expiry second.
@@ -666,30 +679,65 @@ impl Director {
         let Some(key) = self.user_key(user, tag) else {
             return false;
         };
+        self.last_now = self.last_now.max(now);
+        let seq = self.next_stamp().seq;
         let session = Session {
             username: user.chars().take(crate::session::MAX_USERNAME).collect(),
             user: key,
             backend,
             proto,
+            origin: self.me,
+            seq,
         };
-        let (b, p) = (session.backend, session.proto);
+        // Ids are unique (logins draw 64 random bits); a closed id stays
+        // closed ring-wide for the tombstone's life, here too.
+        if self.closed_sessions.contains_key(id) {
+            return false;
+        }
+        if !self.insert_session(id, session) {
+            return false;
+        }
+        self.users.touch(key, secs(now));
+        self.emit_session_open(id, tag);
+        true
+    }
+
+    /// Records a session and its counts; false when the registry refuses.
+    pub(super) fn insert_session(&mut self, id: &str, session: Session) -> bool {
+        let (b, p, key) = (session.backend, session.proto, session.user);
+        let domain = (self.settings.policy == AssignmentPolicy::Domain)
+            .then(|| Director::domain_key(key.tag(), &session.username));
         match self.sessions.insert(id, session) {
             Err(_) => return false,
             Ok(Some(old)) => self.count_session(old.backend, old.proto, false),
             Ok(None) => {}
         }
         self.count_session(b, p, true);
-        if self.settings.policy == AssignmentPolicy::Domain {
-            let d = Director::domain_key(key.tag(), user);
+        if let Some(d) = domain {
             self.session_domains.insert(id.into(), d);
         }
-        self.users.touch(key, secs(now));
         true
     }
 
     /// SESSION-CLOSE. Returns whether the session was known, and the
     /// hold it released (its user's last session on the old backend).
+    /// Replicated even when unknown here: the login may have opened it
+    /// through another director.
     pub fn session_close(&mut self, id: &str) -> (bool, Option<Confirmed>) {
+        let now = self.last_now;
+        let seq = self.next_stamp().seq;
+        self.tomb_session(id, now, self.me, seq);
+        if self.replicating && id.len() <= crate::session::MAX_SESSION_ID {
+            self.emit(RingEvent::SessionClose {
+                id: id.to_string(),
+                origin: self.me,
+                seq,
+            });
+        }
+        self.remove_session(id)
+    }
+
+    pub(super) fn remove_session(&mut self, id: &str) -> (bool, Option<Confirmed>) {
         self.session_domains.remove(id);
         let Some(s) = self.sessions.remove(id) else {
             return (false, None);
@@ -1018,6 +1066,8 @@ impl Director {
     /// rebalancing. Call it about once a second.
     pub fn tick(&mut self, now: Tick) -> TickReport {
         let mut report = TickReport::default();
+        self.last_now = self.last_now.max(now);
+        self.sweep_replicas(now);
         let now_s = secs(now);
 
         // Leases.
@@ -1154,7 +1204,7 @@ impl Director {
 }
 
 mod replica;
-pub use replica::{BackendState, RingEvent, UserRecord};
+pub use replica::{BackendState, RingEvent, SessionRecord, UserRecord};
 
 #[cfg(test)]
 mod tests;

@@ -79,6 +79,19 @@ impl Proto {
     pub fn index(self) -> usize {
         self as usize
     }
+
+    /// The name [`Proto::parse`] reads back.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Proto::Imap => "imap",
+            Proto::Pop3 => "pop3",
+            Proto::Lmtp => "lmtp",
+            Proto::Submission => "submission",
+            Proto::Managesieve => "managesieve",
+            Proto::Jmap => "jmap",
+            Proto::Other => "other",
+        }
+    }
 }
 
 /// Errors of this crate.

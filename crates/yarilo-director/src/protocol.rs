@@ -340,7 +340,7 @@ pub fn handle(
             } else {
                 fail(
                     "NOTRACKED",
-                    "unknown backend or tag, or the session registry is full",
+                    "unknown backend or tag, a closed session id, or the session registry is full",
                 )
             };
             (Some(reply), Effect::None)

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 
 use crate::backend::BackendId;
-use crate::directory::UserKey;
+use crate::directory::{DirectorId, UserKey};
 use crate::Proto;
 
 /// Most sessions tracked.
@@ -28,6 +28,10 @@ pub struct Session {
     pub user: UserKey,
     pub backend: BackendId,
     pub proto: Proto,
+    /// The director the login reported it to, and the seq of the report
+    /// on that director's clock (the ring's envelope).
+    pub origin: DirectorId,
+    pub seq: u64,
 }
 
 #[derive(Debug, Default)]

@@ -16,6 +16,8 @@ use std::net::IpAddr;
 
 use rand::Rng;
 use sim::{Seeds, Sim, Timing, BACKENDS};
+use yarilo_config::{AssignmentPolicy, DirectorService};
+use yarilo_director::Settings;
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
@@ -345,6 +347,60 @@ fn a_heartbeat_landing_on_one_director_keeps_the_lease_alive_on_all() {
     }
 }
 
+#[test]
+fn sessions_replicate_so_every_director_places_with_the_cluster_view() {
+    for seed in 0..10 {
+        let mut sim = Sim::new(seed, Timing::default(), Seeds::Headless);
+        sim.settings = Settings::from_config(&DirectorService {
+            assignment_policy: AssignmentPolicy::LeastSessions,
+            ..DirectorService::default()
+        })
+        .unwrap();
+        let pods = start(&mut sim, 3);
+        sim.run_for(100);
+        sim.converge(20_000).unwrap();
+        // Logins report 30 sessions on the first backend, all to pod0.
+        let busy = ip(BACKENDS[0]);
+        for i in 0..30 {
+            sim.session(pods[0], &format!("s{i}"), &format!("u{i}"), busy);
+        }
+        let took = sim.converge(2_000).unwrap();
+        if seed == 0 {
+            println!("30 session reports on one director reach the others in {took} ms (virtual)");
+        }
+        for p in &pods {
+            assert_eq!(sim.sessions_on(*p, busy), 30, "seed {seed}: pod{p}");
+        }
+        // A director that heard none of them places away from the busy
+        // backend (least_sessions with the cluster's counts).
+        for i in 0..4 {
+            let at = sim.lookup(pods[2], &format!("new{i}")).unwrap();
+            assert_ne!(
+                at, busy,
+                "seed {seed}: pod2 placed new{i} on the busy backend"
+            );
+        }
+        // The login reconnects through another director and closes ten.
+        for i in 0..10 {
+            sim.session_close(pods[1], &format!("s{i}"));
+        }
+        sim.converge(2_000).unwrap();
+        for p in &pods {
+            assert_eq!(sim.sessions_on(*p, busy), 20, "seed {seed}: pod{p}");
+        }
+        // An admin kick through pod2 reaches every director's watchers.
+        assert_eq!(sim.admin_kick(pods[2], "u20"), 1);
+        sim.run_for(1_000);
+        for p in &pods {
+            assert!(
+                sim.kicks(*p).contains(&("u20".to_string(), busy)),
+                "seed {seed}: pod{p} did not kick u20: {:?}",
+                sim.kicks(*p)
+            );
+        }
+    }
+}
+
 /// One random run: formation, chaos, then everything heals; the live
 /// members must agree within a bound.
 fn random_run(seed: u64, trace: bool) -> Result<u64, String> {
@@ -368,9 +424,29 @@ fn random_run(seed: u64, trace: bool) -> Result<u64, String> {
         return Err(traced(&sim, e));
     }
     let mut user = 0;
+    let mut sessions = 0;
     for _ in 0..sim.rng.gen_range(3..10) {
         let pod = pods[sim.rng.gen_range(0..pods.len())];
-        match sim.rng.gen_range(0..9) {
+        match sim.rng.gen_range(0..11) {
+            9 => {
+                for _ in 0..5 {
+                    sessions += 1;
+                    let live = sim.live();
+                    if let Some(&p) = live.get(sim.rng.gen_range(0..live.len().max(1))) {
+                        let b = ip(BACKENDS[sim.rng.gen_range(0..BACKENDS.len())]);
+                        sim.session(p, &format!("s{sessions}"), &format!("u{sessions}"), b);
+                    }
+                }
+            }
+            10 => {
+                for _ in 0..3 {
+                    let live = sim.live();
+                    if let Some(&p) = live.get(sim.rng.gen_range(0..live.len().max(1))) {
+                        let id = sim.rng.gen_range(0..sessions.max(1) + 1);
+                        sim.session_close(p, &format!("s{id}"));
+                    }
+                }
+            }
             0 => sim.kill(pod),
             1 => {
                 if sim.pods[pod].proc.is_none() {

@@ -548,6 +548,16 @@ impl RingCore {
                         s.kick_now(kicks);
                     }
                 }
+                Output::AdminKick(kicks) => {
+                    if let Some(s) = shared {
+                        s.kick_admin(kicks);
+                    }
+                }
+                Output::Released(c) => {
+                    if let Some(s) = shared {
+                        s.released(c);
+                    }
+                }
                 Output::Removed(r) => {
                     info!(ip = %r.ip, users_unpinned = r.users_unpinned, "backend removed (ring)");
                     if let Some(s) = shared {

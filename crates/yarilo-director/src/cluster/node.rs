@@ -27,7 +27,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
-use crate::director::{BackendOutcome, Director, Kick, Removal, RingEvent, UpOutcome};
+use crate::director::{BackendOutcome, Confirmed, Director, Kick, Removal, RingEvent, UpOutcome};
 use crate::Tick;
 
 use super::membership::{Change, Membership};
@@ -164,8 +164,12 @@ pub enum Output {
     Poll,
     /// A merge moved users: end their sessions on the old backend.
     Kick(Vec<Kick>),
+    /// An admin kick made on another director (paced like one made here).
+    AdminKick(Vec<Kick>),
     /// A backend left through a ring event: kick its sessions.
     Removed(Removal),
+    /// A session closed elsewhere ended a confirmed-kill hold here.
+    Released(Confirmed),
     /// A member joined or left our view (log, status).
     MemberJoined(SocketAddr),
     MemberLeft(SocketAddr),
@@ -311,6 +315,12 @@ impl RingNode {
                 .map(|b| RingMsg::Event(RingEvent::Backend(b))),
         );
         out.extend(d.user_records(now).into_iter().map(RingMsg::User));
+        out.extend(
+            d.session_records()
+                .into_iter()
+                .map(|s| RingMsg::Event(RingEvent::SessionOpen(s))),
+        );
+        out.extend(d.session_tombs().into_iter().map(RingMsg::Event));
         out.push(RingMsg::SyncDone);
         out
     }
@@ -652,6 +662,8 @@ impl RingNode {
     ) {
         let mut removals = Vec::new();
         let mut kicks = Vec::new();
+        let mut admin_kicks = Vec::new();
+        let mut released = Vec::new();
         match event {
             RingEvent::Assign(r) => {
                 if let Some((_, k)) = d.merge_user(now, r) {
@@ -682,6 +694,24 @@ impl RingNode {
             RingEvent::Vhosts { ip, vhosts } => {
                 d.set_vhosts(*ip, *vhosts);
             }
+            RingEvent::SessionOpen(r) => {
+                d.merge_session_open(now, r);
+            }
+            RingEvent::SessionClose { id, origin, seq } => {
+                if let (_, Some(c)) = d.merge_session_close(now, id, *origin, *seq) {
+                    released.push(c);
+                }
+            }
+            RingEvent::Kick {
+                user,
+                backend,
+                origin,
+                seq,
+            } => {
+                if let Some(k) = d.merge_kick(now, user, *backend, *origin, *seq) {
+                    admin_kicks.push(k);
+                }
+            }
         }
         let events = d.take_events();
         self.broadcast_events(&events, from, out);
@@ -689,6 +719,10 @@ impl RingNode {
         if !kicks.is_empty() {
             out.push(Output::Kick(kicks));
         }
+        if !admin_kicks.is_empty() {
+            out.push(Output::AdminKick(admin_kicks));
+        }
+        out.extend(released.into_iter().map(Output::Released));
     }
 
     // ---- death and leave ---------------------------------------------------------

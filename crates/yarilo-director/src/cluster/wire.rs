@@ -20,7 +20,8 @@
 //!
 //! Then, on a `ring` connection both sides send their snapshot — the
 //! member list (`DIRECTOR-ADD`, `DIRECTOR-REMOVE`), the backends
-//! (`BACKEND`), the sticky users (`USER`), `SYNC-DONE` — and from then on
+//! (`BACKEND`), the sticky users (`USER`), the tracked sessions
+//! (`SESSION-OPEN`), `SYNC-DONE` — and from then on
 //! events, `PING`/`PONG` and finally `QUIT <reason>`. A `poll` connection
 //! gets the member list and `SYNC-DONE`, then `QUIT`.
 //!
@@ -34,9 +35,10 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use crate::backend::Source;
-use crate::director::{BackendState, BackendUp, RingEvent, UserRecord};
+use crate::director::{BackendState, BackendUp, RingEvent, SessionRecord, UserRecord};
 use crate::directory::{DirectorId, Stamp};
-use crate::Tick;
+use crate::session::{MAX_SESSION_ID, MAX_USERNAME};
+use crate::{Proto, Tick};
 
 /// What a dialer wants from the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,6 +175,16 @@ fn user(cmd: &str, a: &[&str]) -> Result<UserRecord, RingParseError> {
     }
 }
 
+fn bounded(cmd: &str, what: &str, s: &str, max: usize) -> Result<String, RingParseError> {
+    if s.is_empty() && what != "tag" {
+        return Err(syntax(cmd, format!("empty {what}")));
+    }
+    if s.len() > max {
+        return Err(syntax(cmd, format!("{what} longer than {max} bytes")));
+    }
+    Ok(s.to_string())
+}
+
 fn vhosts(cmd: &str, s: &str) -> Result<u32, RingParseError> {
     let v: u32 = field(cmd, "vhosts", s)?;
     if v > 100 {
@@ -301,6 +313,37 @@ impl RingMsg {
                 }),
                 _ => return Err(wrong("<ip> <vhosts>")),
             },
+            "SESSION-OPEN" => match a[..] {
+                [id, user, tag, backend, proto, origin, seq] => {
+                    RingMsg::Event(RingEvent::SessionOpen(SessionRecord {
+                        id: bounded(cmd, "id", id, MAX_SESSION_ID)?,
+                        user: bounded(cmd, "user", user, MAX_USERNAME)?,
+                        tag: bounded(cmd, "tag", tag, MAX_USERNAME)?,
+                        backend: field(cmd, "backend", backend)?,
+                        proto: Proto::parse(proto),
+                        origin: DirectorId(field(cmd, "origin", origin)?),
+                        seq: field(cmd, "seq", seq)?,
+                    }))
+                }
+                _ => return Err(wrong("<id> <user> <tag> <backend> <proto> <origin> <seq>")),
+            },
+            "SESSION-CLOSE" => match a[..] {
+                [id, origin, seq] => RingMsg::Event(RingEvent::SessionClose {
+                    id: bounded(cmd, "id", id, MAX_SESSION_ID)?,
+                    origin: DirectorId(field(cmd, "origin", origin)?),
+                    seq: field(cmd, "seq", seq)?,
+                }),
+                _ => return Err(wrong("<id> <origin> <seq>")),
+            },
+            "USER-KICKED" => match a[..] {
+                [user, backend, origin, seq] => RingMsg::Event(RingEvent::Kick {
+                    user: bounded(cmd, "user", user, MAX_USERNAME)?,
+                    backend: field(cmd, "backend", backend)?,
+                    origin: DirectorId(field(cmd, "origin", origin)?),
+                    seq: field(cmd, "seq", seq)?,
+                }),
+                _ => return Err(wrong("<user> <backend> <origin> <seq>")),
+            },
             "SYNC-DONE" => RingMsg::SyncDone,
             "PING" => RingMsg::Ping,
             "PONG" => RingMsg::Pong,
@@ -382,6 +425,31 @@ impl RingMsg {
                 RingEvent::Vhosts { ip, vhosts } => {
                     vec!["BACKEND-VHOSTS".into(), s(ip), s(vhosts)]
                 }
+                RingEvent::SessionOpen(r) => vec![
+                    "SESSION-OPEN".into(),
+                    r.id.clone(),
+                    r.user.clone(),
+                    r.tag.clone(),
+                    s(&r.backend),
+                    r.proto.as_str().into(),
+                    s(&r.origin.0),
+                    s(&r.seq),
+                ],
+                RingEvent::SessionClose { id, origin, seq } => {
+                    vec!["SESSION-CLOSE".into(), id.clone(), s(&origin.0), s(seq)]
+                }
+                RingEvent::Kick {
+                    user,
+                    backend,
+                    origin,
+                    seq,
+                } => vec![
+                    "USER-KICKED".into(),
+                    user.clone(),
+                    s(backend),
+                    s(&origin.0),
+                    s(seq),
+                ],
             },
             RingMsg::SyncDone => vec!["SYNC-DONE".into()],
             RingMsg::Ping => vec!["PING".into()],
@@ -673,6 +741,7 @@ mod tests {
                 "DIRECTOR-HELLO", "DIRECTOR-CHALLENGE", "DIRECTOR-JOIN", "JOIN-OK", "JOIN-FAIL",
                 "DIRECTOR-ADD", "DIRECTOR-REMOVE", "USER", "USER-ASSIGN", "BACKEND", "BACKEND-UP",
                 "BACKEND-DOWN", "BACKEND-FLUSH", "BACKEND-REMOVE", "BACKEND-VHOSTS", "SYNC-DONE",
+                "SESSION-OPEN", "SESSION-CLOSE", "USER-KICKED",
                 "PING", "QUIT", "X",
             ]),
             args in proptest::collection::vec("[ -~\\t:.0-9]{0,24}", 0..8),

@@ -15,9 +15,35 @@ use std::net::IpAddr;
 
 use crate::backend::{BackendId, Source};
 use crate::directory::{DirectorId, MergeOutcome, Stamp, UserKey};
-use crate::Tick;
+use crate::session::{Session, MAX_SESSION_ID, MAX_USERNAME};
+use crate::{Proto, Tick};
 
-use super::{secs, BackendUp, Director, Kick};
+use super::{secs, BackendUp, Confirmed, Director, Kick};
+
+/// How long a closed session id is remembered, so an open that arrives
+/// after its close (over another path round the ring, or from the other
+/// side of a healed partition) stays closed.
+pub const SESSION_TOMB_MS: Tick = 600_000;
+/// Most closed session ids remembered.
+const MAX_SESSION_TOMBS: usize = 1 << 20;
+/// How long a replicated kick is remembered (its loop guard).
+const KICK_SEEN_MS: Tick = 60_000;
+/// Most replicated kicks remembered.
+const MAX_KICKS_SEEN: usize = 1 << 16;
+
+/// A session as the ring exchanges it (`SESSION-OPEN`): the login's
+/// report, and the envelope of the director it reached (`origin`, and a
+/// seq on that director's Lamport clock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRecord {
+    pub id: String,
+    pub user: String,
+    pub tag: String,
+    pub backend: IpAddr,
+    pub proto: Proto,
+    pub origin: DirectorId,
+    pub seq: u64,
+}
 
 /// Most events held between two drains (a driver drains after every lock,
 /// so this only bounds a bug).
@@ -71,6 +97,21 @@ pub enum RingEvent {
     Vhosts {
         ip: IpAddr,
         vhosts: u32,
+    },
+    /// A login reported a session (or a snapshot entry of one).
+    SessionOpen(SessionRecord),
+    /// A login closed a session, on whichever director it reached.
+    SessionClose {
+        id: String,
+        origin: DirectorId,
+        seq: u64,
+    },
+    /// An admin kick, for every director's kick watchers.
+    Kick {
+        user: String,
+        backend: IpAddr,
+        origin: DirectorId,
+        seq: u64,
     },
 }
 
@@ -225,7 +266,16 @@ impl Director {
             MergeOutcome::Inserted | MergeOutcome::Replaced { moved_from: None } => Vec::new(),
             MergeOutcome::Replaced {
                 moved_from: Some(old),
-            } => self.kicks_on(key, old),
+            } => {
+                let kicks = self.kicks_on(key, old);
+                // Sessions on the old backend: LOOKUPs here wait for them
+                // to close too (the confirmed kill holds ring-wide).
+                if let Some(k) = kicks.first() {
+                    let (user, old_ip) = (k.user.clone(), k.backend);
+                    self.hold(now, key, &user, old_ip, Some(r.backend), false);
+                }
+                kicks
+            }
         };
         self.emit(RingEvent::Assign(*r));
         Some((outcome, kicks))
@@ -251,6 +301,184 @@ impl Director {
                 backend: ip,
             })
             .collect()
+    }
+
+    /// Every tracked session, for the snapshot sent on a ring (re)connect.
+    pub fn session_records(&self) -> Vec<SessionRecord> {
+        self.sessions
+            .iter()
+            .filter_map(|(id, s)| {
+                Some(SessionRecord {
+                    id: id.to_string(),
+                    user: s.username.to_string(),
+                    tag: self.backends.tag_name(s.user.tag()).to_string(),
+                    backend: self.backends.get(s.backend)?.ip,
+                    proto: s.proto,
+                    origin: s.origin,
+                    seq: s.seq,
+                })
+            })
+            .collect()
+    }
+
+    pub(super) fn emit_session_open(&mut self, id: &str, tag: &str) {
+        if !self.replicating {
+            return;
+        }
+        let Some(s) = self.sessions.get(id) else {
+            return;
+        };
+        let Some(ip) = self.backends.get(s.backend).map(|b| b.ip) else {
+            return;
+        };
+        let r = SessionRecord {
+            id: id.to_string(),
+            user: s.username.to_string(),
+            tag: tag.to_string(),
+            backend: ip,
+            proto: s.proto,
+            origin: s.origin,
+            seq: s.seq,
+        };
+        self.emit(RingEvent::SessionOpen(r));
+    }
+
+    /// Remembers a closed id (bounded; they go in the sweep).
+    pub(super) fn tomb_session(
+        &mut self,
+        id: &str,
+        now: Tick,
+        origin: DirectorId,
+        seq: u64,
+    ) -> bool {
+        if self.closed_sessions.contains_key(id) {
+            return false;
+        }
+        if self.closed_sessions.len() < MAX_SESSION_TOMBS && id.len() <= MAX_SESSION_ID {
+            self.closed_sessions.insert(id.into(), (now, origin, seq));
+        }
+        true
+    }
+
+    /// Closed ids still remembered, for the snapshot (so the other side
+    /// of a healed partition drops them too).
+    pub fn session_tombs(&self) -> Vec<RingEvent> {
+        self.closed_sessions
+            .iter()
+            .map(|(id, (_, origin, seq))| RingEvent::SessionClose {
+                id: id.to_string(),
+                origin: *origin,
+                seq: *seq,
+            })
+            .collect()
+    }
+
+    /// A session another director learnt of. An id closed anywhere stays
+    /// closed; a reopened id keeps the later envelope. Returns whether it
+    /// changed anything (the event is then forwarded).
+    pub fn merge_session_open(&mut self, now: Tick, r: &SessionRecord) -> bool {
+        self.last_now = self.last_now.max(now);
+        if self.closed_sessions.contains_key(r.id.as_str()) {
+            return false;
+        }
+        if let Some(s) = self.sessions.get(&r.id) {
+            if (s.seq, s.origin) >= (r.seq, r.origin) {
+                return false;
+            }
+        }
+        let Some(backend) = self.backends.by_ip(r.backend) else {
+            return false;
+        };
+        let Some(key) = self.user_key(&r.user, &r.tag) else {
+            return false;
+        };
+        self.clock = self.clock.max(r.seq.min(crate::directory::MAX_SEQ));
+        let session = Session {
+            username: r.user.chars().take(MAX_USERNAME).collect(),
+            user: key,
+            backend,
+            proto: r.proto,
+            origin: r.origin,
+            seq: r.seq,
+        };
+        if !self.insert_session(&r.id, session) {
+            return false;
+        }
+        self.users.touch(key, secs(now));
+        self.emit(RingEvent::SessionOpen(r.clone()));
+        true
+    }
+
+    /// A session closed on another director. Returns whether it changed
+    /// anything, and the hold it released.
+    pub fn merge_session_close(
+        &mut self,
+        now: Tick,
+        id: &str,
+        origin: DirectorId,
+        seq: u64,
+    ) -> (bool, Option<Confirmed>) {
+        self.last_now = self.last_now.max(now);
+        if !self.tomb_session(id, now, origin, seq) {
+            return (false, None);
+        }
+        self.clock = self.clock.max(seq.min(crate::directory::MAX_SEQ));
+        let (_, released) = self.remove_session(id);
+        self.emit(RingEvent::SessionClose {
+            id: id.to_string(),
+            origin,
+            seq,
+        });
+        (true, released)
+    }
+
+    /// An admin kick made on another director: the kick for this one's
+    /// watchers, the first time it arrives.
+    pub fn merge_kick(
+        &mut self,
+        now: Tick,
+        user: &str,
+        backend: IpAddr,
+        origin: DirectorId,
+        seq: u64,
+    ) -> Option<Kick> {
+        if self.kicks_seen.contains_key(&(origin, seq)) || self.kicks_seen.len() >= MAX_KICKS_SEEN {
+            return None;
+        }
+        self.kicks_seen.insert((origin, seq), now);
+        let user: String = user.chars().take(MAX_USERNAME).collect();
+        self.emit(RingEvent::Kick {
+            user: user.clone(),
+            backend,
+            origin,
+            seq,
+        });
+        Some(Kick { user, backend })
+    }
+
+    /// Records admin kicks made here for the other directors' watchers.
+    pub(super) fn emit_kicks(&mut self, now: Tick, kicks: &[Kick]) {
+        if !self.replicating {
+            return;
+        }
+        for k in kicks {
+            let seq = self.next_stamp().seq;
+            self.kicks_seen.insert((self.me, seq), now);
+            self.emit(RingEvent::Kick {
+                user: k.user.clone(),
+                backend: k.backend,
+                origin: self.me,
+                seq,
+            });
+        }
+    }
+
+    /// Forgets closed ids and kicks past their time.
+    pub(super) fn sweep_replicas(&mut self, now: Tick) {
+        self.closed_sessions
+            .retain(|_, t| now.saturating_sub(t.0) < SESSION_TOMB_MS);
+        self.kicks_seen
+            .retain(|_, at| now.saturating_sub(*at) < KICK_SEEN_MS);
     }
 
     /// The Lamport clock (for tests and status).
@@ -309,9 +537,69 @@ mod tests {
                 RingEvent::Vhosts { ip, vhosts } => {
                     to.set_vhosts(ip, vhosts);
                 }
+                RingEvent::SessionOpen(r) => {
+                    to.merge_session_open(0, &r);
+                }
+                RingEvent::SessionClose { id, origin, seq } => {
+                    to.merge_session_close(0, &id, origin, seq);
+                }
+                RingEvent::Kick {
+                    user,
+                    backend,
+                    origin,
+                    seq,
+                } => {
+                    to.merge_kick(0, &user, backend, origin, seq);
+                }
             }
         }
         to.take_events()
+    }
+
+    #[test]
+    fn sessions_replicate_and_a_close_anywhere_wins_over_a_late_open() {
+        let (mut a, mut b) = pair();
+        assert!(a.session_open(0, "s1", "u@d", "", ip("10.0.0.2"), crate::Proto::Imap));
+        let fwd = deliver(&mut a, &mut b);
+        assert_eq!(fwd.len(), 1, "new to b: forwarded on");
+        assert_eq!(b.sessions().len(), 1);
+        let at = b.backends().by_ip(ip("10.0.0.2")).unwrap();
+        assert_eq!(b.backends().get(at).unwrap().sessions, 1);
+        // The same open again (the other way round the ring): no change.
+        b.events = fwd;
+        assert!(deliver(&mut b, &mut a).is_empty());
+        // The login closes it through b; a learns it.
+        b.session_close("s1");
+        assert_eq!(deliver(&mut b, &mut a).len(), 1);
+        assert_eq!(a.sessions().len(), 0);
+        // An open of s1 arriving late (another path) stays closed.
+        let late = SessionRecord {
+            id: "s1".into(),
+            user: "u@d".into(),
+            tag: String::new(),
+            backend: ip("10.0.0.2"),
+            proto: crate::Proto::Imap,
+            origin: DirectorId(1),
+            seq: 1,
+        };
+        assert!(!a.merge_session_open(0, &late));
+        assert_eq!(a.sessions().len(), 0);
+        // A close of a session b never saw is remembered and forwarded.
+        a.session_close("s9");
+        assert_eq!(deliver(&mut a, &mut b).len(), 1);
+    }
+
+    #[test]
+    fn an_admin_kick_reaches_the_other_directors_once() {
+        let (mut a, mut b) = pair();
+        a.session_open(0, "s1", "u@d", "", ip("10.0.0.1"), crate::Proto::Imap);
+        deliver(&mut a, &mut b);
+        let kicks = a.kicks_for_user(0, "u@d", "");
+        assert_eq!(kicks.len(), 1);
+        let fwd = deliver(&mut a, &mut b);
+        assert_eq!(fwd.len(), 1);
+        b.events = fwd;
+        assert!(deliver(&mut b, &mut a).is_empty(), "a made it: not again");
     }
 
     #[test]

@@ -144,6 +144,8 @@ pub struct Sim {
     events: HashMap<u64, Ev>,
     pub pods: Vec<Pod>,
     pub timing: Timing,
+    /// The state machine's settings for every director.
+    pub settings: Settings,
     pub seeds: Seeds,
     /// What the headless name resolves to (pod addresses, phantoms too).
     pub dns: Vec<SocketAddr>,
@@ -170,6 +172,7 @@ impl Sim {
             events: HashMap::new(),
             pods: Vec::new(),
             timing,
+            settings: Settings::defaults(),
             seeds,
             dns: Vec::new(),
             cuts: BTreeSet::new(),
@@ -258,7 +261,7 @@ impl Sim {
             anti_entropy: self.timing.anti_entropy,
             tombstone_ttl: self.timing.tombstone_ttl,
         };
-        let mut dir = Director::new(Settings::defaults(), DirectorId::from_addr(addr));
+        let mut dir = Director::new(self.settings.clone(), DirectorId::from_addr(addr));
         for b in BACKENDS {
             dir.add_static(self.now, b.parse().unwrap(), 143, "", 100);
         }
@@ -509,7 +512,13 @@ impl Sim {
                             .extend(kicks.into_iter().map(|k| (k.user, k.backend)));
                     }
                 }
-                Output::Removed(_) => {}
+                Output::AdminKick(kicks) => {
+                    if let Some(p) = self.pods[pod].proc.as_mut() {
+                        p.kicks
+                            .extend(kicks.into_iter().map(|k| (k.user, k.backend)));
+                    }
+                }
+                Output::Removed(_) | Output::Released(_) => {}
                 Output::MemberJoined(a) => self.log(|| format!("{} +{a}", Sim::short(pod))),
                 Output::MemberLeft(a) => self.log(|| format!("{} -{a}", Sim::short(pod))),
                 Output::DeclaredDead(a) => {
@@ -713,6 +722,20 @@ impl Sim {
     /// Hands an input to a pod's state machine now (or to its backlog).
     pub fn deliver(&mut self, pod: usize, input: Input) {
         let now = self.now;
+        if self.tracing {
+            match &input {
+                Input::LinkUp { link, peer, dial } => self.trace.push(format!(
+                    "{now:>8} pod{pod} link {link} up to {peer} dial {dial:?}"
+                )),
+                Input::LinkDown { link, end } => self
+                    .trace
+                    .push(format!("{now:>8} pod{pod} link {link} down {end:?}")),
+                Input::Line { link, msg } if !matches!(msg, RingMsg::Ping | RingMsg::Pong) => self
+                    .trace
+                    .push(format!("{now:>8} pod{pod} <- {link} {msg:?}")),
+                _ => {}
+            }
+        }
         let mut out = Vec::new();
         {
             let Some(p) = self.pods[pod].proc.as_mut() else {
@@ -832,6 +855,7 @@ impl Sim {
             v
         };
         let mut dirs: Vec<(usize, BTreeMap<u32, IpAddr>)> = Vec::new();
+        let mut sessions: Vec<(usize, BTreeMap<String, IpAddr>)> = Vec::new();
         for &p in &live {
             let proc = self.pods[p].proc.as_ref().unwrap();
             let got = proc.node.members();
@@ -848,6 +872,37 @@ impl Sim {
                 .map(|r| (r.hash, r.backend))
                 .collect();
             dirs.push((p, users));
+            let open: BTreeMap<String, IpAddr> = proc
+                .dir
+                .session_records()
+                .into_iter()
+                .map(|r| (r.id, r.backend))
+                .collect();
+            sessions.push((p, open));
+        }
+        for w in sessions.windows(2) {
+            if w[0].1 != w[1].1 {
+                let (a, b) = (&w[0], &w[1]);
+                let only_a: Vec<_> =
+                    a.1.keys()
+                        .filter(|k| !b.1.contains_key(*k))
+                        .take(3)
+                        .collect();
+                let only_b: Vec<_> =
+                    b.1.keys()
+                        .filter(|k| !a.1.contains_key(*k))
+                        .take(3)
+                        .collect();
+                return Some(format!(
+                    "sessions differ: pod{} tracks {}, pod{} tracks {}; only at the first {:?}, only at the second {:?}",
+                    a.0,
+                    a.1.len(),
+                    b.0,
+                    b.1.len(),
+                    only_a,
+                    only_b
+                ));
+            }
         }
         for w in dirs.windows(2) {
             if w[0].1 != w[1].1 {
@@ -927,9 +982,73 @@ impl Sim {
     /// A login reports a session of `user` on `backend` to `pod`.
     pub fn session(&mut self, pod: usize, id: &str, user: &str, backend: IpAddr) {
         let now = self.now;
+        let mut out = Vec::new();
         if let Some(p) = self.pods[pod].proc.as_mut() {
-            assert!(p.dir.session_open(now, id, user, "", backend, Proto::Imap));
+            if p.hung {
+                return;
+            }
+            // False for an id already closed: it stays closed everywhere.
+            p.dir.session_open(now, id, user, "", backend, Proto::Imap);
+            let events = p.dir.take_events();
+            let links = p.node.links();
+            if self.tracing {
+                self.trace.push(format!(
+                    "{now:>8} pod{pod} session-open {id} links {links:?}"
+                ));
+            }
+            p.node
+                .handle(now, Input::Local(events), &mut p.dir, &mut out);
         }
+        self.outputs(pod, out);
+    }
+
+    /// A login closes a session through `pod` (any director).
+    pub fn session_close(&mut self, pod: usize, id: &str) {
+        let now = self.now;
+        let mut out = Vec::new();
+        if let Some(p) = self.pods[pod].proc.as_mut() {
+            if p.hung {
+                return;
+            }
+            p.dir.session_close(id);
+            let events = p.dir.take_events();
+            let links = p.node.links();
+            if self.tracing {
+                self.trace.push(format!(
+                    "{now:>8} pod{pod} session-close {id} links {links:?}"
+                ));
+            }
+            p.node
+                .handle(now, Input::Local(events), &mut p.dir, &mut out);
+        }
+        self.outputs(pod, out);
+    }
+
+    /// An admin kick of `user` through `pod`; how many kicks it made.
+    pub fn admin_kick(&mut self, pod: usize, user: &str) -> usize {
+        let now = self.now;
+        let mut out = Vec::new();
+        let mut n = 0;
+        if let Some(p) = self.pods[pod].proc.as_mut() {
+            let kicks = p.dir.kicks_for_user(now, user, "");
+            n = kicks.len();
+            p.kicks
+                .extend(kicks.into_iter().map(|k| (k.user, k.backend)));
+            let events = p.dir.take_events();
+            p.node
+                .handle(now, Input::Local(events), &mut p.dir, &mut out);
+        }
+        self.outputs(pod, out);
+        n
+    }
+
+    /// Sessions `pod` counts on `backend`.
+    pub fn sessions_on(&self, pod: usize, backend: IpAddr) -> u32 {
+        let d = &self.pods[pod].proc.as_ref().unwrap().dir;
+        d.backends()
+            .by_ip(backend)
+            .and_then(|id| d.backends().get(id))
+            .map_or(0, |b| b.sessions)
     }
 
     /// A backend heartbeat landing on `pod`.
