@@ -316,6 +316,10 @@ pub struct Director {
     kicks_seen: HashMap<(DirectorId, u64), Tick>,
     /// The latest clock reading seen (for calls that take none).
     last_now: Tick,
+    /// Lamport seq of each admin-added backend's add.
+    admin_added: HashMap<IpAddr, u64>,
+    /// Admin-removed backends: when, and the removal's seq.
+    backend_tombs: HashMap<IpAddr, (Tick, u64)>,
 }
 
 impl Director {
@@ -337,6 +341,8 @@ impl Director {
             closed_sessions: HashMap::new(),
             kicks_seen: HashMap::new(),
             last_now: 0,
+            admin_added: HashMap::new(),
+            backend_tombs: HashMap::new(),
             settings,
             me,
             clock: 0,
@@ -781,16 +787,23 @@ impl Director {
             .insert(ip, port, tag, vhosts, Source::Admin, now)
             .is_some();
         if added {
+            let seq = self.next_stamp().seq;
+            self.admin_added.insert(ip, seq);
+            self.backend_tombs.remove(&ip);
             self.emit_backend(ip);
         }
         added
     }
 
-    /// Admin remove (any source; the admin may empty a tag).
+    /// Admin remove (any source; the admin may empty a tag). Leaves a
+    /// tombstone so no other director's snapshot brings it back.
     pub fn remove_admin(&mut self, ip: IpAddr) -> Option<Removal> {
         let id = self.backends.by_ip(ip)?;
         let removal = self.remove(id, RemovalReason::Admin)?;
-        self.emit(RingEvent::Remove { ip });
+        let seq = self.next_stamp().seq;
+        self.admin_added.remove(&ip);
+        self.backend_tombs.insert(ip, (self.last_now, seq));
+        self.emit(RingEvent::Remove { ip, seq });
         Some(removal)
     }
 
@@ -884,7 +897,7 @@ impl Director {
         }
     }
 
-    fn remove(&mut self, id: BackendId, reason: RemovalReason) -> Option<Removal> {
+    pub(super) fn remove(&mut self, id: BackendId, reason: RemovalReason) -> Option<Removal> {
         let backend = self.backends.remove(id)?;
         let users_unpinned = self.users.purge_backend(id);
         let sessions = self.sessions.drop_backend(id);

@@ -401,6 +401,48 @@ fn sessions_replicate_so_every_director_places_with_the_cluster_view() {
     }
 }
 
+#[test]
+fn an_admin_remove_during_a_partition_is_not_undone_by_the_heal() {
+    for seed in 0..10 {
+        let mut sim = Sim::new(seed, short(), Seeds::Headless);
+        let pods = start(&mut sim, 3);
+        sim.run_for(100);
+        let extra = ip("10.9.2.1");
+        sim.admin_backend(pods[1], extra, true);
+        sim.converge(20_000).unwrap();
+        for p in &pods {
+            assert!(
+                sim.has_backend(*p, extra),
+                "seed {seed}: admin add reached pod{p}"
+            );
+        }
+        sim.split(&pods[..1], &pods[1..]);
+        sim.admin_backend(pods[0], extra, false);
+        sim.run_for(15_000);
+        assert!(
+            sim.has_backend(pods[2], extra),
+            "the other side still has it"
+        );
+        sim.heal();
+        sim.converge(20_000).unwrap();
+        for p in &pods {
+            assert!(
+                !sim.has_backend(*p, extra),
+                "seed {seed}: pod{p} brought it back"
+            );
+        }
+        // A later re-add wins over the tombstone everywhere.
+        sim.admin_backend(pods[2], extra, true);
+        sim.converge(5_000).unwrap();
+        for p in &pods {
+            assert!(
+                sim.has_backend(*p, extra),
+                "seed {seed}: re-add missing at pod{p}"
+            );
+        }
+    }
+}
+
 /// One random run: formation, chaos, then everything heals; the live
 /// members must agree within a bound.
 fn random_run(seed: u64, trace: bool) -> Result<u64, String> {
@@ -427,7 +469,14 @@ fn random_run(seed: u64, trace: bool) -> Result<u64, String> {
     let mut sessions = 0;
     for _ in 0..sim.rng.gen_range(3..10) {
         let pod = pods[sim.rng.gen_range(0..pods.len())];
-        match sim.rng.gen_range(0..11) {
+        match sim.rng.gen_range(0..12) {
+            11 => {
+                let extra = ip(["10.9.2.1", "10.9.2.2"][sim.rng.gen_range(0..2)]);
+                let add = sim.rng.gen_bool(0.5);
+                if sim.pods[pod].proc.as_ref().is_some_and(|p| !p.hung) {
+                    sim.admin_backend(pod, extra, add);
+                }
+            }
             9 => {
                 for _ in 0..5 {
                     sessions += 1;

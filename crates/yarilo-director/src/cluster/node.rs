@@ -314,6 +314,7 @@ impl RingNode {
                 .into_iter()
                 .map(|b| RingMsg::Event(RingEvent::Backend(b))),
         );
+        out.extend(d.backend_tomb_events().into_iter().map(RingMsg::Event));
         out.extend(d.user_records(now).into_iter().map(RingMsg::User));
         out.extend(
             d.session_records()
@@ -686,8 +687,8 @@ impl RingNode {
             RingEvent::Flush { ip, seq } => {
                 d.backend_flush(now, *ip, *seq);
             }
-            RingEvent::Remove { ip } => {
-                if let Some(r) = d.remove_admin(*ip) {
+            RingEvent::Remove { ip, seq } => {
+                if let (_, Some(r)) = d.merge_backend_remove(now, *ip, *seq) {
                     removals.push(r);
                 }
             }

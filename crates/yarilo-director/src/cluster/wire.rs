@@ -261,7 +261,7 @@ impl RingMsg {
             "USER" => RingMsg::User(user(cmd, &a)?),
             "USER-ASSIGN" => RingMsg::Event(RingEvent::Assign(user(cmd, &a)?)),
             "BACKEND" => match a[..] {
-                [ip, port, tag, v, src, seq, draining] => {
+                [ip, port, tag, v, src, seq, draining, added] => {
                     RingMsg::Event(RingEvent::Backend(BackendState {
                         ip: field(cmd, "ip", ip)?,
                         port: field(cmd, "port", port)?,
@@ -270,11 +270,12 @@ impl RingMsg {
                         source: source(cmd, src)?,
                         seq: opt_u64(cmd, "seq", seq)?,
                         draining: flag(cmd, draining)?,
+                        added: field(cmd, "added", added)?,
                     }))
                 }
                 _ => {
                     return Err(wrong(
-                        "<ip> <port> <tag> <vhosts> <source> <seq> <draining>",
+                        "<ip> <port> <tag> <vhosts> <source> <seq> <draining> <added>",
                     ))
                 }
             },
@@ -301,10 +302,11 @@ impl RingMsg {
                 _ => return Err(wrong("<ip> <seq>")),
             },
             "BACKEND-REMOVE" => match a[..] {
-                [ip] => RingMsg::Event(RingEvent::Remove {
+                [ip, seq] => RingMsg::Event(RingEvent::Remove {
                     ip: field(cmd, "ip", ip)?,
+                    seq: field(cmd, "seq", seq)?,
                 }),
-                _ => return Err(wrong("<ip>")),
+                _ => return Err(wrong("<ip> <seq>")),
             },
             "BACKEND-VHOSTS" => match a[..] {
                 [ip, v] => RingMsg::Event(RingEvent::Vhosts {
@@ -410,6 +412,7 @@ impl RingMsg {
                     st.source.as_str().into(),
                     opt(st.seq),
                     b(st.draining),
+                    s(&st.added),
                 ],
                 RingEvent::Up(up) => vec![
                     "BACKEND-UP".into(),
@@ -421,7 +424,7 @@ impl RingMsg {
                 ],
                 RingEvent::Down { ip, seq } => vec!["BACKEND-DOWN".into(), s(ip), opt(*seq)],
                 RingEvent::Flush { ip, seq } => vec!["BACKEND-FLUSH".into(), s(ip), opt(*seq)],
-                RingEvent::Remove { ip } => vec!["BACKEND-REMOVE".into(), s(ip)],
+                RingEvent::Remove { ip, seq } => vec!["BACKEND-REMOVE".into(), s(ip), s(seq)],
                 RingEvent::Vhosts { ip, vhosts } => {
                     vec!["BACKEND-VHOSTS".into(), s(ip), s(vhosts)]
                 }
@@ -648,6 +651,7 @@ mod tests {
                 source: Source::Registered,
                 seq: Some(8),
                 draining: true,
+                added: 12,
             })),
             RingMsg::Event(RingEvent::Up(BackendUp {
                 ip,
@@ -658,7 +662,7 @@ mod tests {
             })),
             RingMsg::Event(RingEvent::Down { ip, seq: None }),
             RingMsg::Event(RingEvent::Flush { ip, seq: Some(2) }),
-            RingMsg::Event(RingEvent::Remove { ip }),
+            RingMsg::Event(RingEvent::Remove { ip, seq: 3 }),
             RingMsg::Event(RingEvent::Vhosts { ip, vhosts: 0 }),
             RingMsg::SyncDone,
             RingMsg::Ping,

@@ -26,6 +26,9 @@ use super::{secs, BackendUp, Confirmed, Director, Kick};
 pub const SESSION_TOMB_MS: Tick = 600_000;
 /// Most closed session ids remembered.
 const MAX_SESSION_TOMBS: usize = 1 << 20;
+/// How long an admin-removed backend is remembered (as long as a member
+/// tombstone by default).
+pub const BACKEND_TOMB_MS: Tick = 600_000;
 /// How long a replicated kick is remembered (its loop guard).
 const KICK_SEEN_MS: Tick = 60_000;
 /// Most replicated kicks remembered.
@@ -61,6 +64,9 @@ pub struct BackendState {
     /// Highest heartbeat seq seen from it (registered backends).
     pub seq: Option<u64>,
     pub draining: bool,
+    /// The Lamport seq of its admin add (0: static or registered); an
+    /// admin remove with a higher seq keeps it out.
+    pub added: u64,
 }
 
 /// One sticky assignment as the ring exchanges it (`USER` / `USER-ASSIGN`).
@@ -90,9 +96,11 @@ pub enum RingEvent {
         ip: IpAddr,
         seq: Option<u64>,
     },
-    /// Admin remove.
+    /// Admin remove, with the Lamport seq that orders it against an admin
+    /// re-add.
     Remove {
         ip: IpAddr,
+        seq: u64,
     },
     Vhosts {
         ip: IpAddr,
@@ -169,6 +177,7 @@ impl Director {
             source: b.source,
             seq: self.backends.seq_of(ip),
             draining: b.draining,
+            added: self.admin_added.get(&ip).copied().unwrap_or(0),
         })
     }
 
@@ -205,6 +214,20 @@ impl Director {
     /// differ cannot swap forever. Returns whether anything changed (the
     /// event is then forwarded).
     pub fn apply_backend(&mut self, now: Tick, s: &BackendState) -> bool {
+        // Removed by an admin after this add (the other side of a healed
+        // partition still lists it): stays removed.
+        if self
+            .backend_tombs
+            .get(&s.ip)
+            .is_some_and(|t| t.1 >= s.added)
+        {
+            return false;
+        }
+        self.clock = self.clock.max(s.added.min(crate::directory::MAX_SEQ));
+        if s.added > 0 {
+            // Re-added after any removal still remembered: the add wins.
+            self.backend_tombs.remove(&s.ip);
+        }
         let changed = match self.backends.by_ip(s.ip) {
             None => {
                 if s.source == Source::Registered {
@@ -221,6 +244,9 @@ impl Director {
                     Some(id) => {
                         if let Some(b) = self.backends.get_mut(id) {
                             b.draining = s.draining;
+                        }
+                        if s.added > 0 {
+                            self.admin_added.insert(s.ip, s.added);
                         }
                         true
                     }
@@ -300,6 +326,42 @@ impl Director {
                 user: u.to_string(),
                 backend: ip,
             })
+            .collect()
+    }
+
+    /// An admin remove made on another director. An admin re-add with a
+    /// higher seq wins; otherwise the backend goes and a tombstone keeps
+    /// it out of snapshots for `BACKEND_TOMB_MS`. Returns whether anything
+    /// changed, and the removal (its sessions to kick).
+    pub fn merge_backend_remove(
+        &mut self,
+        now: Tick,
+        ip: IpAddr,
+        seq: u64,
+    ) -> (bool, Option<super::Removal>) {
+        self.clock = self.clock.max(seq.min(crate::directory::MAX_SEQ));
+        if self.admin_added.get(&ip).is_some_and(|a| *a > seq) {
+            return (false, None);
+        }
+        if self.backend_tombs.get(&ip).is_some_and(|t| t.1 >= seq) {
+            return (false, None);
+        }
+        self.backend_tombs.insert(ip, (now, seq));
+        self.admin_added.remove(&ip);
+        let removal = self
+            .backends
+            .by_ip(ip)
+            .and_then(|id| self.remove(id, super::RemovalReason::Admin));
+        self.emit(RingEvent::Remove { ip, seq });
+        (true, removal)
+    }
+
+    /// Backends removed by an admin and still remembered, for the
+    /// snapshot (after the backends, so the receiver drops them too).
+    pub fn backend_tomb_events(&self) -> Vec<RingEvent> {
+        self.backend_tombs
+            .iter()
+            .map(|(ip, (_, seq))| RingEvent::Remove { ip: *ip, seq: *seq })
             .collect()
     }
 
@@ -479,6 +541,8 @@ impl Director {
             .retain(|_, t| now.saturating_sub(t.0) < SESSION_TOMB_MS);
         self.kicks_seen
             .retain(|_, at| now.saturating_sub(*at) < KICK_SEEN_MS);
+        self.backend_tombs
+            .retain(|_, t| now.saturating_sub(t.0) < BACKEND_TOMB_MS);
     }
 
     /// The Lamport clock (for tests and status).
@@ -531,8 +595,8 @@ mod tests {
                 RingEvent::Flush { ip, seq } => {
                     to.backend_flush(0, ip, seq);
                 }
-                RingEvent::Remove { ip } => {
-                    to.remove_admin(ip);
+                RingEvent::Remove { ip, seq } => {
+                    to.merge_backend_remove(0, ip, seq);
                 }
                 RingEvent::Vhosts { ip, vhosts } => {
                     to.set_vhosts(ip, vhosts);
@@ -685,6 +749,7 @@ mod tests {
             source: Source::Registered,
             seq: Some(5),
             draining: false,
+            added: 0,
         };
         assert!(!b.apply_backend(0, &stale));
     }

@@ -855,6 +855,7 @@ impl Sim {
             v
         };
         let mut dirs: Vec<(usize, BTreeMap<u32, IpAddr>)> = Vec::new();
+        let mut backends: Vec<(usize, BTreeSet<IpAddr>)> = Vec::new();
         let mut sessions: Vec<(usize, BTreeMap<String, IpAddr>)> = Vec::new();
         for &p in &live {
             let proc = self.pods[p].proc.as_ref().unwrap();
@@ -872,6 +873,7 @@ impl Sim {
                 .map(|r| (r.hash, r.backend))
                 .collect();
             dirs.push((p, users));
+            backends.push((p, proc.dir.backends().iter().map(|(_, b)| b.ip).collect()));
             let open: BTreeMap<String, IpAddr> = proc
                 .dir
                 .session_records()
@@ -879,6 +881,14 @@ impl Sim {
                 .map(|r| (r.id, r.backend))
                 .collect();
             sessions.push((p, open));
+        }
+        for w in backends.windows(2) {
+            if w[0].1 != w[1].1 {
+                return Some(format!(
+                    "backends differ: pod{} has {:?}, pod{} has {:?}",
+                    w[0].0, w[0].1, w[1].0, w[1].1
+                ));
+            }
         }
         for w in sessions.windows(2) {
             if w[0].1 != w[1].1 {
@@ -1040,6 +1050,30 @@ impl Sim {
         }
         self.outputs(pod, out);
         n
+    }
+
+    /// An admin add (`add`) or remove of a backend through `pod`.
+    pub fn admin_backend(&mut self, pod: usize, ip: IpAddr, add: bool) {
+        let now = self.now;
+        let mut out = Vec::new();
+        if let Some(p) = self.pods[pod].proc.as_mut() {
+            if add {
+                p.dir.add_admin(now, ip, 143, "", 100);
+            } else {
+                p.dir.remove_admin(ip);
+            }
+            let events = p.dir.take_events();
+            p.node
+                .handle(now, Input::Local(events), &mut p.dir, &mut out);
+        }
+        self.outputs(pod, out);
+    }
+
+    pub fn has_backend(&self, pod: usize, ip: IpAddr) -> bool {
+        self.pods[pod]
+            .proc
+            .as_ref()
+            .is_some_and(|p| p.dir.backends().by_ip(ip).is_some())
     }
 
     /// Sessions `pod` counts on `backend`.
