@@ -53,16 +53,20 @@ use prometheus_client::registry::Registry;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use futures::{SinkExt, StreamExt};
+use bytes::BytesMut;
+use futures::stream::SplitStream;
+use futures::{Sink, SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::codec::Framed;
+use tokio_util::codec::{Decoder, Encoder};
 use tracing::{debug, info, warn};
 use yarilo_config::DirectorService;
 use yarilo_tls::internal::InternalTls;
+use yarilo_wire::WireError;
 use yarilo_wire::{LineCodec, Version};
 
 use crate::director::Director;
@@ -422,6 +426,87 @@ async fn until_true_opt(rx: &mut Option<watch::Receiver<bool>>) {
     }
 }
 
+/// The line codec with owned lines, so a connection can be split into a
+/// reader and a writer that run at once.
+struct OwnedLines(LineCodec);
+
+impl Decoder for OwnedLines {
+    type Item = <LineCodec as Decoder>::Item;
+    type Error = WireError;
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Self::Item>, WireError> {
+        self.0.decode(src)
+    }
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Self::Item>, WireError> {
+        self.0.decode_eof(src)
+    }
+}
+
+impl Encoder<Vec<String>> for OwnedLines {
+    type Error = WireError;
+    fn encode(&mut self, fields: Vec<String>, dst: &mut BytesMut) -> Result<(), WireError> {
+        self.0.encode(&fields[..], dst)
+    }
+}
+
+/// Writes what the state machine queues for one connection until it is
+/// closed. Each write is bounded by `write_timeout`.
+async fn write_loop<W>(
+    sink: &mut W,
+    rx: &mut mpsc::Receiver<LinkCmd>,
+    limit: Option<Duration>,
+) -> End
+where
+    W: Sink<Vec<String>> + Unpin,
+{
+    async fn put<W: Sink<Vec<String>> + Unpin>(
+        sink: &mut W,
+        line: Vec<String>,
+        flush: bool,
+        limit: Option<Duration>,
+    ) -> bool {
+        let op = async {
+            if flush {
+                sink.send(line).await.is_ok()
+            } else {
+                sink.feed(line).await.is_ok()
+            }
+        };
+        match limit {
+            Some(l) => matches!(tokio::time::timeout(l, op).await, Ok(true)),
+            None => op.await,
+        }
+    }
+    let quit = |reason: &str| {
+        RingMsg::Quit {
+            reason: reason.into(),
+        }
+        .to_fields()
+    };
+    let one_second = Some(Duration::from_secs(1));
+    loop {
+        match rx.recv().await {
+            Some(LinkCmd::Msgs(msgs)) => {
+                let n = msgs.len();
+                for (i, m) in msgs.iter().enumerate() {
+                    let flush = i + 1 == n && rx.is_empty();
+                    if !put(sink, m.to_fields(), flush, limit).await {
+                        return End::Lost;
+                    }
+                }
+            }
+            Some(LinkCmd::Close(reason)) => {
+                put(sink, quit(reason), true, one_second).await;
+                return End::Ours;
+            }
+            Some(LinkCmd::Drop) => return End::Ours,
+            None => {
+                put(sink, quit("resync"), true, one_second).await;
+                return End::Ours;
+            }
+        }
+    }
+}
+
 fn ms(d: Duration) -> Tick {
     d.as_millis() as Tick
 }
@@ -627,11 +712,15 @@ impl RingCore {
     }
 
     /// Runs an authenticated ring connection: tells the state machine it
-    /// is up, then moves lines both ways until either side ends it.
+    /// is up, then moves lines both ways until either side ends it. The
+    /// reader and the writer run at once: both ends start by writing a
+    /// snapshot that may be far larger than the socket buffers, and two
+    /// ends that each finish writing before reading would wait on each
+    /// other for ever.
     async fn run_link<S>(
         self: &Arc<Self>,
         shared: &Arc<Shared>,
-        mut framed: Framed<S, LineCodec>,
+        framed: Framed<S, LineCodec>,
         peer: SocketAddr,
         dial: Option<u64>,
         mut stop: Option<watch::Receiver<bool>>,
@@ -656,65 +745,66 @@ impl RingCore {
             },
         );
         let limit = self.settings.write_timeout;
-        let end = loop {
+        let (mut sink, mut stream) = framed.map_codec(OwnedLines).split();
+        let mut stopped = false;
+        let end = {
+            let writer = write_loop(&mut sink, &mut rx, limit);
+            let reader = self.read_loop(shared, &mut stream, id, peer);
+            tokio::pin!(writer, reader);
             tokio::select! {
                 _ = until_true_opt(&mut stop) => {
-                    self.quit(&mut framed, "shutting down").await;
-                    break End::Ours;
+                    stopped = true;
+                    End::Ours
                 }
-                cmd = rx.recv() => match cmd {
-                    Some(LinkCmd::Msgs(msgs)) => {
-                        let n = msgs.len();
-                        let mut failed = false;
-                        for (i, m) in msgs.iter().enumerate() {
-                            let flush = i + 1 == n && rx.is_empty();
-                            if write(&mut framed, &m.to_fields(), flush, limit).await.is_err() {
-                                failed = true;
-                                break;
-                            }
-                        }
-                        if failed {
-                            break End::Lost;
-                        }
-                    }
-                    Some(LinkCmd::Close(reason)) => {
-                        self.quit(&mut framed, reason).await;
-                        break End::Ours;
-                    }
-                    Some(LinkCmd::Drop) => break End::Ours,
-                    None => {
-                        self.quit(&mut framed, "resync").await;
-                        break End::Ours;
-                    }
-                },
-                item = framed.next() => {
-                    let fields = match item {
-                        None => break End::Lost,
-                        Some(Err(e)) => {
-                            debug!(%peer, error = %e, "ring connection broken");
-                            break End::Lost;
-                        }
-                        Some(Ok(Err(e))) => {
-                            debug!(%peer, error = %e, "bad ring line ignored");
-                            continue;
-                        }
-                        Some(Ok(Ok(fields))) => fields,
-                    };
-                    match RingMsg::parse(&fields) {
-                        Ok(msg) => {
-                            let quit = matches!(msg, RingMsg::Quit { .. });
-                            self.step(shared, Input::Line { link: id, msg });
-                            if quit {
-                                debug!(%peer, "ring peer closed the connection");
-                                break End::PeerQuit;
-                            }
-                        }
-                        Err(e) => debug!(%peer, error = %e, "ring line ignored"),
-                    }
-                }
+                end = &mut writer => end,
+                end = &mut reader => end,
             }
         };
+        if stopped {
+            let quit = RingMsg::Quit {
+                reason: "shutting down".into(),
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(1), sink.send(quit.to_fields())).await;
+        }
         self.step(shared, Input::LinkDown { link: id, end });
+    }
+
+    /// Feeds every line the peer sends to the state machine.
+    async fn read_loop<S>(
+        &self,
+        shared: &Arc<Shared>,
+        stream: &mut SplitStream<Framed<S, OwnedLines>>,
+        id: LinkId,
+        peer: SocketAddr,
+    ) -> End
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        loop {
+            let fields = match stream.next().await {
+                None => return End::Lost,
+                Some(Err(e)) => {
+                    debug!(%peer, error = %e, "ring connection broken");
+                    return End::Lost;
+                }
+                Some(Ok(Err(e))) => {
+                    debug!(%peer, error = %e, "bad ring line ignored");
+                    continue;
+                }
+                Some(Ok(Ok(fields))) => fields,
+            };
+            match RingMsg::parse(&fields) {
+                Ok(msg) => {
+                    let quit = matches!(msg, RingMsg::Quit { .. });
+                    self.step(shared, Input::Line { link: id, msg });
+                    if quit {
+                        debug!(%peer, "ring peer closed the connection");
+                        return End::PeerQuit;
+                    }
+                }
+                Err(e) => debug!(%peer, error = %e, "ring line ignored"),
+            }
+        }
     }
 
     fn allowed(&self, ip: std::net::IpAddr) -> bool {
