@@ -277,7 +277,7 @@ impl Node {
     fn links_up(&self) -> u64 {
         self.shared
             .ring()
-            .map_or(0, |r| r.stats().links_up.load(Ordering::Relaxed))
+            .map_or(0, |r| r.stats().links_up.get())
     }
 
     fn members(&self) -> usize {
