@@ -275,9 +275,7 @@ impl Node {
     }
 
     fn links_up(&self) -> u64 {
-        self.shared
-            .ring()
-            .map_or(0, |r| r.stats().links_up.get())
+        self.shared.ring().map_or(0, |r| r.stats().links_up.get())
     }
 
     fn members(&self) -> usize {

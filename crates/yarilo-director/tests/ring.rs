@@ -485,3 +485,89 @@ async fn a_hung_member_is_evicted_by_its_neighbour() {
     drop(hung);
     node.terminate().await;
 }
+
+/// Two directors that each hold many users before they meet: both start
+/// the connection by writing a snapshot far larger than the socket
+/// buffers. Each side must read while it writes, or the link never comes
+/// up (both ends blocked in write until `write_timeout`, again and again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_full_directors_exchange_snapshots_larger_than_the_socket_buffers() {
+    const USERS: usize = 300_000;
+    let la = bind("127.0.0.2", 0).await;
+    let lb = bind("127.0.0.3", 0).await;
+    let (a_addr, b_addr) = (la.local_addr().unwrap(), lb.local_addr().unwrap());
+    let mut nodes = Vec::new();
+    for (listener, seeds, prefix) in [(la, vec![b_addr], "a"), (lb, vec![a_addr], "b")] {
+        let addr = listener.local_addr().unwrap();
+        let mut cfg = config(&seeds, Some(SECRET));
+        cfg.min_members = 2;
+        let shared = prepare(&cfg, addr, None).await.unwrap();
+        {
+            // Pinned before the ring runs: the whole directory goes out in
+            // the first snapshot.
+            let now = shared.now();
+            let mut d = shared.director();
+            for i in 0..USERS {
+                d.lookup(now, &format!("{prefix}{i}@example.org"), "", None)
+                    .unwrap();
+            }
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let s = shared.clone();
+        let task = tokio::spawn(async move {
+            serve(s, listener, async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+        });
+        nodes.push(Node {
+            addr,
+            shared,
+            stop: Some(tx),
+            task,
+        });
+    }
+    let expected = {
+        let mut d = nodes[0].shared.director();
+        let mut hashes: Vec<u32> = (0..USERS)
+            .flat_map(|i| [format!("a{i}@example.org"), format!("b{i}@example.org")])
+            .map(|u| d.hash_user(&u))
+            .collect();
+        hashes.sort_unstable();
+        hashes.dedup();
+        hashes.len()
+    };
+    let took = wait_until("both directors hold both halves of the directory", || {
+        if std::env::var("RING_DEBUG").is_ok() {
+            for n in &nodes {
+                let r = n.shared.ring().unwrap();
+                eprintln!(
+                    "{} members {:?} links {:?} users {} behind {}",
+                    n.addr,
+                    r.members(),
+                    r.links(),
+                    n.shared.director().users().len(),
+                    r.stats().links_behind.get()
+                );
+            }
+        }
+        // Distinct hashes of the 2 × USERS names (a 32-bit hash collides
+        // now and then).
+        nodes
+            .iter()
+            .all(|n| n.shared.director().users().len() == expected)
+    })
+    .await;
+    println!("two directors of {USERS} users each exchanged their snapshots in {took:?}");
+    for n in &nodes {
+        assert_eq!(
+            n.shared.ring().unwrap().stats().links_behind.get(),
+            0,
+            "no connection fell behind"
+        );
+    }
+    for n in nodes {
+        n.terminate().await;
+    }
+}

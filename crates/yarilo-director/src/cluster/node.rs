@@ -185,6 +185,8 @@ struct Link {
     dialed: bool,
     last_heard: Tick,
     next_ping: Tick,
+    /// The peer's snapshot is in (`SYNC-DONE`).
+    synced: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -214,6 +216,12 @@ pub struct RingNode {
     pending_probes: Vec<(SocketAddr, u64)>,
     /// Neighbours without a connection, since when.
     unlinked: BTreeMap<SocketAddr, Tick>,
+    /// A whole snapshot has come in since start. Until then, what the
+    /// snapshots bring is applied but not forwarded entry by entry: a
+    /// director that joins a ring of a million users would otherwise
+    /// pass each one to its other neighbour, which has them all, one line
+    /// at a time. It sends one snapshot to its other connections instead.
+    caught_up: bool,
 }
 
 impl RingNode {
@@ -235,6 +243,7 @@ impl RingNode {
             deaths_declared: 0,
             pending_probes: Vec::new(),
             unlinked: BTreeMap::new(),
+            caught_up: false,
         }
     }
 
@@ -515,6 +524,7 @@ impl RingNode {
                 dialed: dial.is_some(),
                 last_heard: now,
                 next_ping: now + self.cfg.ping_interval,
+                synced: false,
             },
         );
         self.not_before.remove(&peer);
@@ -573,7 +583,30 @@ impl RingNode {
                 link,
                 msgs: vec![RingMsg::Pong],
             }),
-            RingMsg::Pong | RingMsg::SyncDone => {}
+            RingMsg::Pong => {}
+            RingMsg::SyncDone => {
+                l.synced = true;
+                if !self.caught_up {
+                    // What this director took in without passing it on
+                    // goes to its other connections in one snapshot.
+                    self.caught_up = true;
+                    let others: Vec<LinkId> = self
+                        .links
+                        .keys()
+                        .copied()
+                        .filter(|id| *id != link)
+                        .collect();
+                    if !others.is_empty() {
+                        let snapshot = self.snapshot(now, d);
+                        for id in others {
+                            out.push(Output::Send {
+                                link: id,
+                                msgs: snapshot.clone(),
+                            });
+                        }
+                    }
+                }
+            }
             RingMsg::Quit { .. } => {
                 out.push(Output::Drop { link });
                 self.link_down(now, link, End::PeerQuit);
@@ -581,8 +614,14 @@ impl RingNode {
             RingMsg::Add { .. } | RingMsg::Remove { .. } => {
                 self.merge_member(now, &msg, Some(link), out)
             }
-            RingMsg::Event(e) => self.apply_event(now, &e, Some(link), d, out),
-            RingMsg::User(r) => self.apply_event(now, &RingEvent::Assign(r), Some(link), d, out),
+            RingMsg::Event(e) => {
+                let forward = self.caught_up || l.synced;
+                self.apply_event(now, &e, Some(link), forward, d, out)
+            }
+            RingMsg::User(r) => {
+                let forward = self.caught_up || l.synced;
+                self.apply_event(now, &RingEvent::Assign(r), Some(link), forward, d, out)
+            }
             // Handshake lines have no meaning on an established connection.
             _ => {}
         }
@@ -658,6 +697,7 @@ impl RingNode {
         now: Tick,
         event: &RingEvent,
         from: Option<LinkId>,
+        forward: bool,
         d: &mut Director,
         out: &mut Vec<Output>,
     ) {
@@ -715,7 +755,9 @@ impl RingNode {
             }
         }
         let events = d.take_events();
-        self.broadcast_events(&events, from, out);
+        if forward {
+            self.broadcast_events(&events, from, out);
+        }
         out.extend(removals.into_iter().map(Output::Removed));
         if !kicks.is_empty() {
             out.push(Output::Kick(kicks));
