@@ -563,31 +563,33 @@ fn logged_in(login_addr: &str, tag: &str) -> (TcpStream, BufReader<TcpStream>) {
     (s, r)
 }
 
-/// The director shape with the director told about every piped session:
-/// the director's admin API shows the session while it is open and not
-/// after LOGOUT, and an admin kick of the user closes the client's
-/// connection.
-#[test]
-fn a_director_routed_session_is_reported_to_the_director_and_ends_on_its_kick() {
-    let c = cluster();
-    let d = c.dir.path();
+/// A `yarilo director` on 127.0.0.1:`port` (0: any) with the admin API
+/// and the cluster's backend as its static mail server: the process with
+/// its LOOKUP address, and the API's base URL.
+fn director_with_api(c: &Cluster, port: u16) -> ((Process, String), String) {
     let backend_port = c.backend_addr.rsplit_once(':').unwrap().1;
     let mut director = component(
-        d,
+        c.dir.path(),
         "director",
         &format!(
-            "director_service:\n  listen: 127.0.0.1:0\n  user_kick_delay: -1\n  api:\n    listen: 127.0.0.1:0\n    token: {API_TOKEN}\n  mail_servers:\n    - host: 127.0.0.1\n      port: {backend_port}\n"
+            "director_service:\n  listen: 127.0.0.1:{port}\n  user_kick_delay: -1\n  api:\n    listen: 127.0.0.1:0\n    token: {API_TOKEN}\n  mail_servers:\n    - host: 127.0.0.1\n      port: {backend_port}\n"
         ),
         None,
     );
-    let director_addr = director.announced("director    ").trim().to_string();
+    let addr = director.announced("director    ").trim().to_string();
     let api_url = format!(
         "http://{}",
         director.announced("admin api   http://").trim()
     );
+    ((director, addr), api_url)
+}
+
+/// An imap-login routing by `director_addr`, once its director connection
+/// watches kicks: the process and its client address.
+fn director_login(c: &Cluster, director_addr: &str) -> (Process, String) {
     let port = free_port();
     let mut login = component(
-        d,
+        c.dir.path(),
         "imap-login",
         &format!(
             "auth_client:\n  address: {}\nservices:\n  imap:\n    address: 127.0.0.1\n    port: {port}\n  imaps:\n    enabled: false\n\
@@ -602,6 +604,18 @@ fn a_director_routed_session_is_reported_to_the_director_and_ends_on_its_kick() 
         "the login's director connection (KICK-WATCH) to come up",
         || login.metric("yarilo_login_director_connected") == 1.0,
     );
+    (login, login_addr)
+}
+
+/// The director shape with the director told about every piped session:
+/// the director's admin API shows the session while it is open and not
+/// after LOGOUT, and an admin kick of the user closes the client's
+/// connection.
+#[test]
+fn a_director_routed_session_is_reported_to_the_director_and_ends_on_its_kick() {
+    let c = cluster();
+    let (director, api_url) = director_with_api(&c, 0);
+    let (login, login_addr) = director_login(&c, &director.1);
     assert_eq!(director_sessions(&api_url), (0, 0));
 
     // Open: the director counts the session on the backend it chose.
@@ -659,6 +673,41 @@ fn a_director_routed_session_is_reported_to_the_director_and_ends_on_its_kick() 
         1.0
     );
     drop(s);
+    drop(login);
+    drop(director);
+}
+
+/// A director killed and started again on its address knows nothing; the
+/// login's redialled connection reports its live session again, and its
+/// end reaches the new director.
+#[test]
+fn a_restarted_director_learns_the_live_sessions_again() {
+    let c = cluster();
+    let port = free_port();
+    let (director, api_url) = director_with_api(&c, port);
+    let (login, login_addr) = director_login(&c, &director.1);
+    let (mut s, mut r) = logged_in(&login_addr, "a");
+    wait_for("the first director to show the session", || {
+        director_sessions(&api_url) == (1, 1)
+    });
+    drop(director);
+    wait_for("the login to notice the director is gone", || {
+        login.metric("yarilo_login_director_connected") == 0.0
+    });
+    let (director, api_url) = director_with_api(&c, port);
+    wait_for("the restarted director to learn the live session", || {
+        director_sessions(&api_url) == (1, 1)
+    });
+    // The session survived the director's restart and still works.
+    s.write_all(b"b NOOP\r\n").unwrap();
+    assert!(read_line(&mut r).starts_with("b OK"));
+    s.write_all(b"c LOGOUT\r\n").unwrap();
+    assert!(read_line(&mut r).starts_with("* BYE"));
+    assert!(read_line(&mut r).starts_with("c OK"));
+    drop((s, r));
+    wait_for("the restarted director to drop the session", || {
+        director_sessions(&api_url) == (0, 0)
+    });
     drop(login);
     drop(director);
 }
