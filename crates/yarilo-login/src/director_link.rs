@@ -469,6 +469,7 @@ async fn serve(
         reader: FramedRead::new(r, LineCodec::new(MAX_LINE)),
         writer: w,
         out: Vec::new(),
+        pending: VecDeque::new(),
         in_flight: VecDeque::new(),
         waiting_since: Instant::now(),
     };
@@ -497,24 +498,27 @@ async fn serve(
     }
     link.metrics.connected.set(1);
     tracing::info!("director connection up, watching kicks");
-    // Owed CLOSEs, then every live session (the director may be new).
+    // Owed CLOSEs, then every live session (the director may be new),
+    // fed within the in-flight bound ahead of anything queued later: a
+    // session that ends meanwhile has its CLOSE sent after this OPEN.
     while let Some(id) = closes.pop_front() {
-        conn.request(link, Op::Close, &["SESSION-CLOSE", &id]);
+        conn.pending
+            .push_back((Op::Close, vec!["SESSION-CLOSE".into(), id]));
     }
-    let opens: Vec<Vec<String>> = {
+    {
         let mut t = link.table();
-        t.live
-            .iter_mut()
-            .map(|(id, l)| {
-                l.announced = true;
-                open_line(link, id, l)
-            })
-            .collect()
-    };
-    for line in &opens {
-        conn.request(link, Op::Open, line);
+        for (id, l) in t.live.iter_mut() {
+            l.announced = true;
+            conn.pending.push_back((Op::Open, open_line(link, id, l)));
+        }
     }
     loop {
+        while conn.in_flight.len() < MAX_IN_FLIGHT {
+            let Some((op, line)) = conn.pending.pop_front() else {
+                break;
+            };
+            conn.request(link, op, &line);
+        }
         if let Err(e) = conn.flush().await {
             return e;
         }
@@ -532,7 +536,7 @@ async fn serve(
                 Ok(Line::Fail(msg)) => { conn.answered(link, Some(msg)); }
                 Ok(Line::Other) => {}
             },
-            report = rx.recv(), if conn.in_flight.len() < MAX_IN_FLIGHT => match report {
+            report = rx.recv(), if conn.in_flight.len() < MAX_IN_FLIGHT && conn.pending.is_empty() => match report {
                 None => return "shutting down".into(),
                 Some(report) => {
                     conn.report(link, report);
@@ -601,6 +605,9 @@ struct Conn {
     writer: WriteHalf<UpstreamStream>,
     /// Lines to write at the next flush.
     out: Vec<u8>,
+    /// Requests of the reconnect (owed CLOSEs, every live OPEN) not yet
+    /// written: fed as the in-flight bound allows.
+    pending: VecDeque<(Op, Vec<String>)>,
     in_flight: VecDeque<Op>,
     /// Last answer, or when the oldest unanswered request was written.
     waiting_since: Instant,
@@ -866,6 +873,48 @@ mod tests {
             sample("protocol=\"imap\",op=\"open\",result=\"refused\""),
             "1"
         );
+    }
+
+    #[tokio::test]
+    async fn a_director_that_stops_answering_gets_at_most_the_in_flight_bound() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (link, _r) = link(&addr);
+        let (s, _) = listener.accept().await.unwrap();
+        let (r, mut w) = s.into_split();
+        let mut r = BufReader::new(r);
+        w.write_all(b"VERSION\tdirector\t1\t0\n").await.unwrap();
+        let mut line = String::new();
+        r.read_line(&mut line).await.unwrap();
+        line.clear();
+        r.read_line(&mut line).await.unwrap();
+        assert_eq!(line, "KICK-WATCH\n");
+        // KICK-WATCH is answered; nothing after it is.
+        w.write_all(b"OK\n").await.unwrap();
+        for _ in 0..200 {
+            if link.is_connected() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let sessions: Vec<DirectorSession> = (0..MAX_IN_FLIGHT + 50)
+            .map(|i| link.open(&format!("s{i}"), "u", "", ip("10.0.0.1")))
+            .collect();
+        let mut opens = 0;
+        loop {
+            line.clear();
+            match tokio::time::timeout(Duration::from_millis(300), r.read_line(&mut line)).await {
+                Ok(Ok(n)) if n > 0 => {
+                    assert!(line.starts_with("SESSION-OPEN\t"), "{line}");
+                    opens += 1;
+                }
+                Ok(_) => panic!("the login closed the connection"),
+                // Quiet for 300 ms: the link is waiting for answers.
+                Err(_) => break,
+            }
+        }
+        assert_eq!(opens, MAX_IN_FLIGHT);
+        drop(sessions);
     }
 
     #[tokio::test]
