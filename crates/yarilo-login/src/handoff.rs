@@ -1,8 +1,10 @@
 //! The hand-off every login shares once the auth service said yes: route,
 //! dial, send the preamble, wait for the backend's first line
 //! ([`open`]); then, when that line is the protocol's success, relay it
-//! and pipe until either side closes or warden kicks the user
-//! ([`proxy`]). What counts as success and what the client sees on a
+//! and pipe until either side closes, warden kicks the user, or the
+//! director kicks the user off that backend ([`proxy`]). A director-routed
+//! session is reported to the director for exactly as long as it is
+//! piped. What counts as success and what the client sees on a
 //! refusal is the protocol module's call.
 
 use std::time::Instant;
@@ -15,7 +17,7 @@ use crate::hop::{dial, send_preamble, FirstLine, UpstreamStream};
 use crate::metrics::{DirectionLabels, ProtocolLabel};
 use crate::pipe::pipe;
 use crate::preamble::HopPreamble;
-use crate::route::Router;
+use crate::route::{DirectorRoute, Router};
 use crate::warden::SessionGuard;
 use crate::{HopError, LoginMetrics, LoginSettings};
 
@@ -25,6 +27,11 @@ pub(crate) struct Backend {
     pub stream: UpstreamStream,
     pub first: FirstLine,
     started: Instant,
+    /// The director's choice, when it made one (reported once piped).
+    director: Option<DirectorRoute>,
+    /// The preamble's SESSION and USER (the director report's id and user).
+    session: String,
+    user: String,
 }
 
 /// Routes `hop`'s user, dials and sends the preamble. Counts and logs a
@@ -41,7 +48,8 @@ pub(crate) async fn open(
     let started = Instant::now();
     let user = &hop.preamble.user;
     let attempt = async {
-        let addr = router.backend_for(user, fields).await?;
+        let route = router.route_for(user, fields).await?;
+        let addr = route.addr;
         let mut stream = dial(&addr, hop_tls, settings.connect_timeout).await?;
         let first = send_preamble(&mut stream, &addr, hop, settings.backend_answer_timeout).await?;
         Ok::<_, HopError>(Backend {
@@ -49,6 +57,9 @@ pub(crate) async fn open(
             stream,
             first,
             started,
+            director: route.director,
+            session: hop.preamble.session.clone(),
+            user: user.clone(),
         })
     };
     attempt.await.inspect_err(|e| {
@@ -67,9 +78,12 @@ pub(crate) fn refused(protocol: &'static str, metrics: &LoginMetrics, user: &str
 /// Relays the backend's first line (and whatever followed it), forwards
 /// what the client pipelined after its login command, and pipes both
 /// ways until the session ends — or until a kick for the user arrives
-/// (`session`), which drops both connections without a word: the pipe may
-/// be in the middle of a response, so no protocol goodbye can be written
-/// safely. (Bytes of a kicked session are not counted.)
+/// (warden's through `session`, or the director's for this backend), which
+/// drops both connections without a word: the pipe may be in the middle
+/// of a response, so no protocol goodbye can be written safely. (Bytes of
+/// a kicked session are not counted.) A director-routed session is
+/// reported open from here and closed on every way out (the guard's
+/// `Drop`).
 pub(crate) async fn proxy<C>(
     protocol: &'static str,
     metrics: &LoginMetrics,
@@ -82,6 +96,16 @@ where
     C: AsyncRead + AsyncWrite + Unpin + ?Sized,
 {
     metrics.handoff(protocol, "ok");
+    let reported = backend.director.as_ref().map(|d| {
+        d.link
+            .open(&backend.session, &backend.user, &d.tag, d.backend)
+    });
+    let director_kicked = async {
+        match &reported {
+            Some(r) => r.kicked().await,
+            None => std::future::pending().await,
+        }
+    };
     metrics
         .handoff_seconds
         .get_or_create(&ProtocolLabel { protocol })
@@ -99,14 +123,25 @@ where
         .clone();
     gauge.inc();
     let piped = tokio::select! {
-        p = pipe(client, &mut backend.stream) => Some(p),
-        _ = session.kicked() => None,
+        p = pipe(client, &mut backend.stream) => Ok(p),
+        _ = session.kicked() => Err(KickedBy::Warden),
+        _ = director_kicked => Err(KickedBy::Director),
     };
     gauge.dec();
-    let Some(piped) = piped else {
-        session.count_kick();
-        tracing::info!(backend = %backend.addr, "session kicked; connection closed");
-        return Ok(());
+    let piped = match piped {
+        Ok(p) => p,
+        Err(by) => {
+            match by {
+                KickedBy::Warden => session.count_kick(),
+                KickedBy::Director => {
+                    if let Some(r) = &reported {
+                        r.count_kick();
+                    }
+                }
+            }
+            tracing::info!(backend = %backend.addr, by = by.as_str(), "session kicked; connection closed");
+            return Ok(());
+        }
     };
     let count = |direction, n: u64| {
         metrics
@@ -131,6 +166,22 @@ where
         Err(e) => tracing::info!(error = %e, "proxy ended"),
     }
     Ok(())
+}
+
+/// Who ended a piped session.
+#[derive(Clone, Copy)]
+enum KickedBy {
+    Warden,
+    Director,
+}
+
+impl KickedBy {
+    fn as_str(self) -> &'static str {
+        match self {
+            KickedBy::Warden => "warden",
+            KickedBy::Director => "director",
+        }
+    }
 }
 
 /// A random session id, 16 hex digits (the preamble's `SESSION`).

@@ -24,6 +24,10 @@
 //! step 4 and the kick bus that ends a piped session (`imap-login`,
 //! `pop3-login`, `submission-login`).
 //!
+//! With director routing, [`director_link`] reports each piped session to
+//! the director (SESSION-OPEN/CLOSE) and ends the sessions the director
+//! kicks (KICK-WATCH → USER-KICKED).
+//!
 //! On the backend, [`gate`] admits a connection only from a trusted login
 //! peer (internal mTLS role `login`, or `general.xclient.trusted_nets` when
 //! mTLS is off), reads one bounded preamble with a timeout and VERIFYs it.
@@ -42,6 +46,7 @@
 //! is the backend's).
 
 mod client;
+pub mod director_link;
 pub mod gate;
 mod handoff;
 pub mod hop;

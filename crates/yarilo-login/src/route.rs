@@ -2,15 +2,22 @@
 //! (standalone: one address, a Service that load-balances) or a LOOKUP to
 //! the director at `director_addr` (`LOOKUP <user> <tag> <proto>` →
 //! `OK <ip> <port>`). `backend_addr` wins when both are set.
+//!
+//! A director-routed login process also keeps one standing connection to
+//! the director ([`Router::with_director_sessions`],
+//! [`crate::director_link`]) that reports the piped sessions and carries
+//! the director's kicks.
 
 use std::time::Duration;
 
+use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use yarilo_auth::ExtraFields;
 use yarilo_config::{LoginRoute, RouteTarget};
 use yarilo_tls::internal::InternalTls;
 use yarilo_wire::{join_line, split_line};
 
+use crate::director_link::DirectorLink;
 use crate::hop::dial;
 use crate::HopError;
 
@@ -29,6 +36,26 @@ pub struct Router {
     proto: &'static str,
     tls: Option<InternalTls>,
     timeout: Duration,
+    /// Session reports and kicks (director routing only; not for LMTP).
+    sessions: Option<DirectorLink>,
+}
+
+/// Where a session goes.
+#[derive(Debug, Clone)]
+pub struct Route {
+    /// `host:port` to dial.
+    pub addr: String,
+    /// Set when a director LOOKUP chose the backend and the session is to
+    /// be reported to it.
+    pub director: Option<DirectorRoute>,
+}
+
+/// A director's choice, for SESSION-OPEN.
+#[derive(Debug, Clone)]
+pub struct DirectorRoute {
+    pub link: DirectorLink,
+    pub backend: std::net::IpAddr,
+    pub tag: String,
 }
 
 impl Router {
@@ -55,13 +82,39 @@ impl Router {
             proto,
             tls,
             timeout,
+            sessions: None,
         })
+    }
+
+    /// With director routing, starts the process's director connection
+    /// (SESSION-OPEN/CLOSE of piped sessions, KICK-WATCH) and registers
+    /// `yarilo_login_director_*`; with `backend_addr`, unchanged. Must run
+    /// inside a tokio runtime.
+    pub fn with_director_sessions(mut self, registry: &mut Registry) -> Router {
+        if let RouteTarget::Director(addr) = &self.target {
+            self.sessions = Some(DirectorLink::start(
+                addr,
+                self.tls.clone(),
+                self.timeout,
+                self.proto,
+                registry,
+            ));
+        }
+        self
     }
 
     /// `host:port` for `user`.
     pub async fn backend_for(&self, user: &str, fields: &ExtraFields) -> Result<String, HopError> {
+        Ok(self.route_for(user, fields).await?.addr)
+    }
+
+    /// Where `user`'s session goes, and whether to report it.
+    pub async fn route_for(&self, user: &str, fields: &ExtraFields) -> Result<Route, HopError> {
         match &self.target {
-            RouteTarget::Backend(addr) => Ok(addr.clone()),
+            RouteTarget::Backend(addr) => Ok(Route {
+                addr: addr.clone(),
+                director: None,
+            }),
             RouteTarget::Director(director) => {
                 let tag = if self.director_tag.is_empty() {
                     fields.get("director_tag").unwrap_or_default()
@@ -86,9 +139,17 @@ impl Router {
                 } else {
                     port
                 };
-                Ok(match ip {
+                let addr = match ip {
                     std::net::IpAddr::V6(v6) => format!("[{v6}]:{port}"),
                     v4 => format!("{v4}:{port}"),
+                };
+                Ok(Route {
+                    addr,
+                    director: self.sessions.as_ref().map(|link| DirectorRoute {
+                        link: link.clone(),
+                        backend: ip,
+                        tag: tag.to_string(),
+                    }),
                 })
             }
         }

@@ -179,9 +179,10 @@ pub fn pop3_login(args: ComponentArgs) -> anyhow::Result<ExitCode> {
             &settings,
         )?;
         let warden = login_warden(&ctx, "pop3")?;
+        let router = director_sessions(&ctx, b.router);
         let server = ctx.metrics.register(|r| {
             yarilo_login::pop3::Pop3LoginServer::new(
-                settings, b.auth, b.router, b.hop_tls, b.starttls, warden, r,
+                settings, b.auth, router, b.hop_tls, b.starttls, warden, r,
             )
         });
         let services = [
@@ -265,9 +266,10 @@ pub fn submission_login(args: ComponentArgs) -> anyhow::Result<ExitCode> {
             &settings,
         )?;
         let warden = login_warden(&ctx, "submission")?;
+        let router = director_sessions(&ctx, b.router);
         let server = ctx.metrics.register(|r| {
             yarilo_login::submission::SubmissionLoginServer::new(
-                settings, b.auth, b.router, b.hop_tls, b.starttls, warden, r,
+                settings, b.auth, router, b.hop_tls, b.starttls, warden, r,
             )
         });
         let services = [
@@ -369,6 +371,17 @@ fn login_warden(
         );
     }
     Ok(warden)
+}
+
+/// With `director_addr` routing, the login's standing director connection:
+/// piped sessions reported (SESSION-OPEN/CLOSE) and the director's kicks
+/// obeyed (KICK-WATCH). Not for `lmtp-login`: deliveries are not
+/// sessions.
+fn director_sessions(
+    ctx: &Context,
+    router: yarilo_login::route::Router,
+) -> yarilo_login::route::Router {
+    ctx.metrics.register(|r| router.with_director_sessions(r))
 }
 
 /// What every login process builds the same way: the hop's internal TLS,
@@ -533,9 +546,10 @@ pub fn imap_login(args: ComponentArgs) -> anyhow::Result<ExitCode> {
             &settings,
         )?;
         let warden = login_warden(&ctx, "imap")?;
+        let router = director_sessions(&ctx, b.router);
         let server = ctx.metrics.register(|r| {
             yarilo_login::imap::ImapLoginServer::new(
-                settings, b.auth, b.router, b.hop_tls, b.starttls, warden, r,
+                settings, b.auth, router, b.hop_tls, b.starttls, warden, r,
             )
         });
         let services = [

@@ -491,6 +491,227 @@ print("routed ok")
     drop(director);
 }
 
+const API_TOKEN: &str = "login-test-token";
+
+/// Waits up to 15 s for `cond`, failing with `what` it waited for.
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while std::time::Instant::now() < deadline {
+        if cond() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    panic!("timed out after 15 s waiting for {what}");
+}
+
+/// One admin API call with the bearer token; status and JSON body.
+fn api(method: &str, url: &str, body: Option<serde_json::Value>) -> (u16, serde_json::Value) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .build()
+            .unwrap();
+        let mut req = match method {
+            "GET" => client.get(url),
+            _ => client.post(url),
+        }
+        .bearer_auth(API_TOKEN);
+        if let Some(b) = body {
+            req = req
+                .header("content-type", "application/json")
+                .body(b.to_string());
+        }
+        let r = req.send().await.unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+        )
+    })
+}
+
+/// Sessions the director tracks: (total, on the backend at 127.0.0.1).
+fn director_sessions(api_url: &str) -> (u64, u64) {
+    let (_, status) = api("GET", &format!("{api_url}/api/director/status"), None);
+    let (_, backends) = api("GET", &format!("{api_url}/api/director/backends"), None);
+    let on_backend = backends
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|b| b["ip"] == "127.0.0.1")
+        .and_then(|b| b["sessions"].as_u64())
+        .unwrap_or(u64::MAX);
+    (status["sessions"].as_u64().unwrap_or(u64::MAX), on_backend)
+}
+
+/// Connects to the login, logs in as alice, returns the stream and its
+/// reader once the backend's tagged OK has been relayed.
+fn logged_in(login_addr: &str, tag: &str) -> (TcpStream, BufReader<TcpStream>) {
+    let mut s = connect_from("127.0.0.1", login_addr);
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    assert!(read_line(&mut r).starts_with("* OK [CAPABILITY"));
+    s.write_all(format!("{tag} LOGIN alice secret\r\n").as_bytes())
+        .unwrap();
+    let ok = read_line(&mut r);
+    assert!(ok.starts_with(&format!("{tag} OK [CAPABILITY")), "{ok}");
+    (s, r)
+}
+
+/// A `yarilo director` on 127.0.0.1:`port` (0: any) with the admin API
+/// and the cluster's backend as its static mail server: the process with
+/// its LOOKUP address, and the API's base URL.
+fn director_with_api(c: &Cluster, port: u16) -> ((Process, String), String) {
+    let backend_port = c.backend_addr.rsplit_once(':').unwrap().1;
+    let mut director = component(
+        c.dir.path(),
+        "director",
+        &format!(
+            "director_service:\n  listen: 127.0.0.1:{port}\n  user_kick_delay: -1\n  api:\n    listen: 127.0.0.1:0\n    token: {API_TOKEN}\n  mail_servers:\n    - host: 127.0.0.1\n      port: {backend_port}\n"
+        ),
+        None,
+    );
+    let addr = director.announced("director    ").trim().to_string();
+    let api_url = format!(
+        "http://{}",
+        director.announced("admin api   http://").trim()
+    );
+    ((director, addr), api_url)
+}
+
+/// An imap-login routing by `director_addr`, once its director connection
+/// watches kicks: the process and its client address.
+fn director_login(c: &Cluster, director_addr: &str) -> (Process, String) {
+    let port = free_port();
+    let mut login = component(
+        c.dir.path(),
+        "imap-login",
+        &format!(
+            "auth_client:\n  address: {}\nservices:\n  imap:\n    address: 127.0.0.1\n    port: {port}\n  imaps:\n    enabled: false\n\
+             login:\n  imap:\n    director_addr: {director_addr}\n",
+            c.auth_addr
+        ),
+        None,
+    );
+    let login_addr = login.announced("imap        ").trim().to_string();
+    assert!(login.becomes_ready(), "director-routed login ready");
+    wait_for(
+        "the login's director connection (KICK-WATCH) to come up",
+        || login.metric("yarilo_login_director_connected") == 1.0,
+    );
+    (login, login_addr)
+}
+
+/// The director shape with the director told about every piped session:
+/// the director's admin API shows the session while it is open and not
+/// after LOGOUT, and an admin kick of the user closes the client's
+/// connection.
+#[test]
+fn a_director_routed_session_is_reported_to_the_director_and_ends_on_its_kick() {
+    let c = cluster();
+    let (director, api_url) = director_with_api(&c, 0);
+    let (login, login_addr) = director_login(&c, &director.1);
+    assert_eq!(director_sessions(&api_url), (0, 0));
+
+    // Open: the director counts the session on the backend it chose.
+    let (mut s, mut r) = logged_in(&login_addr, "a");
+    wait_for("the director to show alice's session on 127.0.0.1", || {
+        director_sessions(&api_url) == (1, 1)
+    });
+    // LOGOUT: the backend closes, the client closes, the pipe ends and
+    // the director forgets the session.
+    s.write_all(b"b LOGOUT\r\n").unwrap();
+    assert!(read_line(&mut r).starts_with("* BYE"));
+    assert!(read_line(&mut r).starts_with("b OK"));
+    let mut rest = Vec::new();
+    r.read_to_end(&mut rest)
+        .expect("the login closes the client's side after the backend's");
+    drop((s, r));
+    wait_for("the director to drop the session after LOGOUT", || {
+        director_sessions(&api_url) == (0, 0)
+    });
+    assert_eq!(
+        login.metric(
+            "yarilo_login_director_reports_total{protocol=\"imap\",op=\"open\",result=\"ok\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        login.metric(
+            "yarilo_login_director_reports_total{protocol=\"imap\",op=\"close\",result=\"ok\"}"
+        ),
+        1.0
+    );
+
+    // An admin kick ends a piped session: the client's connection closes.
+    let (s, mut r) = logged_in(&login_addr, "c");
+    wait_for("the director to show the second session", || {
+        director_sessions(&api_url) == (1, 1)
+    });
+    let (status, kicked) = api(
+        "POST",
+        &format!("{api_url}/api/director/users/kick"),
+        Some(serde_json::json!({ "user": "alice", "tag": "" })),
+    );
+    assert_eq!((status, &kicked["kicks"]), (200, &serde_json::json!(1)));
+    let mut rest = Vec::new();
+    match r.read_to_end(&mut rest) {
+        Ok(_) => {}
+        Err(e) => panic!("the kicked session's connection was not closed within 10 s: {e}"),
+    }
+    assert_eq!(String::from_utf8_lossy(&rest), "", "no goodbye on a kick");
+    wait_for("the director to drop the kicked session", || {
+        director_sessions(&api_url) == (0, 0)
+    });
+    assert_eq!(
+        login.metric("yarilo_login_director_kicks_total{protocol=\"imap\"}"),
+        1.0
+    );
+    drop(s);
+    drop(login);
+    drop(director);
+}
+
+/// A director killed and started again on its address knows nothing; the
+/// login's redialled connection reports its live session again, and its
+/// end reaches the new director.
+#[test]
+fn a_restarted_director_learns_the_live_sessions_again() {
+    let c = cluster();
+    let port = free_port();
+    let (director, api_url) = director_with_api(&c, port);
+    let (login, login_addr) = director_login(&c, &director.1);
+    let (mut s, mut r) = logged_in(&login_addr, "a");
+    wait_for("the first director to show the session", || {
+        director_sessions(&api_url) == (1, 1)
+    });
+    drop(director);
+    wait_for("the login to notice the director is gone", || {
+        login.metric("yarilo_login_director_connected") == 0.0
+    });
+    let (director, api_url) = director_with_api(&c, port);
+    wait_for("the restarted director to learn the live session", || {
+        director_sessions(&api_url) == (1, 1)
+    });
+    // The session survived the director's restart and still works.
+    s.write_all(b"b NOOP\r\n").unwrap();
+    assert!(read_line(&mut r).starts_with("b OK"));
+    s.write_all(b"c LOGOUT\r\n").unwrap();
+    assert!(read_line(&mut r).starts_with("* BYE"));
+    assert!(read_line(&mut r).starts_with("c OK"));
+    drop((s, r));
+    wait_for("the restarted director to drop the session", || {
+        director_sessions(&api_url) == (0, 0)
+    });
+    drop(login);
+    drop(director);
+}
+
 /// A PROXY header from an address outside `general.haproxy.trusted_nets`
 /// is not believed: it reaches the protocol as (bad) data, and the login
 /// goes by the real peer address.
