@@ -286,6 +286,7 @@ impl Session {
         }
         match mailbox.append_many(messages).await {
             Ok(uids) => {
+                self.note_arrived(mailbox, &uids);
                 let uidvalidity = mailbox.view().uidvalidity();
                 Response::ok(
                     tag,

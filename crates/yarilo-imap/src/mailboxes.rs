@@ -93,11 +93,7 @@ impl Session {
         sel.uids = view.uids();
         sel.keywords = view.keyword_names();
         if !read_only {
-            let floor = view
-                .records()
-                .find(|r| r.in_new)
-                .map(|r| r.uid.saturating_sub(1))
-                .unwrap_or(view.uidnext().saturating_sub(1));
+            let floor = recent_floor(&view);
             if let Some(first) = self
                 .server
                 .recent
@@ -363,6 +359,14 @@ impl Session {
             Ok(n) => n,
             Err(r) => return r,
         };
+        // Subscribing to a name that does not exist is refused, as Dovecot
+        // does (RFC 9051 lets a server check); unsubscribing never is, so a
+        // deleted mailbox's subscription can always be dropped.
+        if on {
+            if let Err(e) = store.open(&name).await {
+                return store_no(tag, &e);
+            }
+        }
         match store.subscribe(&name, on).await {
             Ok(()) => Response::ok(
                 tag,
@@ -561,5 +565,34 @@ impl Session {
             })));
         }
         Response::ok(tag, None, "Lsub completed.")
+    }
+}
+
+/// Where `\Recent` starts in a mailbox no session of this process has
+/// claimed yet: the messages still in `new/` (delivered, never seen by a
+/// mail client).
+pub(crate) fn recent_floor(view: &yarilo_store::MailboxView) -> u32 {
+    view.records()
+        .find(|r| r.in_new)
+        .map(|r| r.uid.saturating_sub(1))
+        .unwrap_or(view.uidnext().saturating_sub(1))
+}
+
+impl Session {
+    /// New messages in `mailbox` (APPEND, COPY, MOVE): `\Recent` for the
+    /// next session that selects it.
+    pub(crate) fn note_arrived(&self, mailbox: &yarilo_store::Mailbox, uids: &[u32]) {
+        let Some(&first) = uids.iter().min() else {
+            return;
+        };
+        let user = self
+            .user
+            .as_ref()
+            .map(|u| u.name.clone())
+            .unwrap_or_default();
+        let floor = recent_floor(&mailbox.view());
+        self.server
+            .recent
+            .arrived(&user, mailbox.name(), first, floor);
     }
 }

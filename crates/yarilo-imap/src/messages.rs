@@ -197,6 +197,8 @@ impl Session {
         if pairs.is_empty() {
             return Response::ok(tag, None, "No messages found.");
         }
+        let added: Vec<u32> = pairs.iter().map(|p| p.1).collect();
+        self.note_arrived(&dest_box, &added);
         let uidvalidity = dest_box.view().uidvalidity();
         let code = Code::CopyUid {
             uidvalidity,

@@ -39,6 +39,26 @@ impl RecentTracker {
         }
     }
 
+    /// The highest UID claimed in this mailbox, if any session claimed
+    /// (STATUS RECENT of a mailbox nobody has selected counts above it).
+    pub fn claimed(&self, user: &str, mailbox: &str) -> Option<u32> {
+        let map = self.claimed.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(&(user.to_string(), mailbox.to_string())).copied()
+    }
+
+    /// Messages from `first_uid` on were added (APPEND, COPY, MOVE) to a
+    /// mailbox no session here has claimed yet: they are recent for the
+    /// first session that selects it (as Dovecot treats them). `floor`:
+    /// where the mailbox's `\Recent` would start otherwise.
+    pub fn arrived(&self, user: &str, mailbox: &str, first_uid: u32, floor: u32) {
+        let mut map = self.claimed.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= MAX_TRACKED {
+            return;
+        }
+        map.entry((user.to_string(), mailbox.to_string()))
+            .or_insert(floor.min(first_uid.saturating_sub(1)));
+    }
+
     /// Forget a mailbox (deleted or renamed).
     pub fn forget(&self, user: &str, mailbox: &str) {
         let mut map = self.claimed.lock().unwrap_or_else(|p| p.into_inner());

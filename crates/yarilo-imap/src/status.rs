@@ -6,6 +6,7 @@ use yarilo_imap_proto::response::{Data, Response, StatusValue};
 use yarilo_imap_proto::Mailbox;
 use yarilo_store::{Flags, StoreError};
 
+use crate::mailboxes::recent_floor;
 use crate::selected::store_no;
 use crate::session::Session;
 
@@ -66,12 +67,27 @@ impl Session {
                 ),
                 StatusItem::Size => StatusValue::Number(view.records().map(|r| r.vsize).sum()),
                 StatusItem::Recent => {
-                    let recent = self
+                    let selected = self
                         .selected
                         .as_ref()
                         .filter(|s| s.mailbox.name() == name)
-                        .map(|s| s.recent.len() as u64)
-                        .unwrap_or(0);
+                        .map(|s| s.recent.len() as u64);
+                    // Not selected here: the messages no session has
+                    // claimed yet (those the next SELECT would see as
+                    // \Recent), as Dovecot answers.
+                    let recent = selected.unwrap_or_else(|| {
+                        let user = self
+                            .user
+                            .as_ref()
+                            .map(|u| u.name.clone())
+                            .unwrap_or_default();
+                        let floor = self
+                            .server
+                            .recent
+                            .claimed(&user, &name)
+                            .unwrap_or_else(|| recent_floor(&view));
+                        view.records().filter(|r| r.uid > floor).count() as u64
+                    });
                     StatusValue::Number(recent)
                 }
                 StatusItem::HighestModSeq => StatusValue::Number(view.highest_modseq()),
