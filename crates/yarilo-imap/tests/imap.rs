@@ -486,7 +486,7 @@ async fn notify_reports_deliveries_to_other_mailboxes() {
         .await;
     assert_eq!(
         r,
-        vec!["n2 NO [BADEVENT (MessageNew MessageExpunge FlagChange MailboxName SubscriptionChange)] Unsupported event."]
+        vec!["n2 NO [BADEVENT (MessageNew MessageExpunge FlagChange MailboxName SubscriptionChange MailboxMetadataChange ServerMetadataChange)] Unsupported event."]
     );
     let r = a
         .cmd("n3 NOTIFY SET (selected (MessageNew MessageExpunge)) (personal (MessageNew MessageExpunge FlagChange MailboxName SubscriptionChange))")
@@ -681,4 +681,88 @@ async fn urlauth_binary_extended_urlfetch() {
         r,
         vec!["f6 BAD URL cannot have both BODY and BINARY fetch parameters."]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notify_metadata_changes_from_other_sessions_and_components() {
+    let s = common::start().await;
+    let mut a = Raw::login(s.addr, USER).await;
+    let mut b = Raw::login(s.addr, USER).await;
+    a.cmd("m0 CREATE Work").await;
+    a.cmd("m1 CREATE Other").await;
+    a.cmd("m2 SELECT INBOX").await;
+    let r = a
+        .cmd("m3 NOTIFY SET (selected (MessageNew MessageExpunge MailboxMetadataChange)) (mailboxes Work (MailboxMetadataChange ServerMetadataChange))")
+        .await;
+    assert_eq!(r, vec!["m3 OK NOTIFY completed."]);
+
+    // Another session: a watched mailbox, the server, an unwatched mailbox
+    // and the selected one. Only entry names travel (RFC 5464 §4.4.2).
+    for (i, cmd) in [
+        "SETMETADATA Work (/private/comment \"hello\" /shared/comment \"x\")",
+        "SETMETADATA \"\" (/shared/admin \"mailto:a@b\")",
+        "SETMETADATA Other (/private/comment \"quiet\")",
+        "SETMETADATA INBOX (/private/Comment \"in\")",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let r = b.cmd(&format!("b{i} {cmd}")).await;
+        assert_eq!(r, vec![format!("b{i} OK Setmetadata completed.")]);
+    }
+    let r = a.cmd("m4 NOOP").await;
+    assert_eq!(
+        r,
+        vec![
+            "* METADATA Work /private/comment /shared/comment",
+            "* METADATA \"\" /shared/admin",
+            "* METADATA INBOX /private/comment",
+            "m4 OK NOOP completed.",
+        ]
+    );
+
+    // A change made through the store by another component (as a Sieve or
+    // admin process would) arrives on the event bus, also while idling.
+    let info = yarilo_store::UserInfo {
+        user: USER.into(),
+        home: String::new(),
+    };
+    let store = s.store.user(&info).await.unwrap();
+    a.send("m5 IDLE").await;
+    assert!(a.line().await.starts_with('+'));
+    let started = std::time::Instant::now();
+    store
+        .set_metadata("Work", vec![("/private/comment".into(), None)])
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(a.line().await, "* METADATA Work /private/comment");
+    println!(
+        "METADATA notification during IDLE after {:?}",
+        started.elapsed()
+    );
+    a.send("DONE").await;
+    assert_eq!(a.line().await, "m5 OK Idle completed.");
+
+    // A refused SETMETADATA changes nothing and announces nothing; another
+    // user's change is not this user's news.
+    let r = b.cmd("b9 SETMETADATA Work (/other/x \"1\")").await;
+    assert!(r[0].starts_with("b9 BAD"), "{r:?}");
+    let mut bob = Raw::login(s.addr, "bob").await;
+    bob.cmd("o1 CREATE Work").await;
+    let r = bob
+        .cmd("o2 SETMETADATA Work (/private/comment \"bob's\")")
+        .await;
+    assert_eq!(r, vec!["o2 OK Setmetadata completed."]);
+    assert_eq!(a.cmd("m6 NOOP").await, vec!["m6 OK NOOP completed."]);
+
+    // Without the events, nothing is sent.
+    assert_eq!(
+        a.cmd("m7 NOTIFY SET (mailboxes Work (MessageNew MessageExpunge))")
+            .await,
+        vec!["m7 OK NOTIFY completed."]
+    );
+    b.cmd("b10 SETMETADATA Work (/private/comment \"again\")")
+        .await;
+    assert_eq!(a.cmd("m8 NOOP").await, vec!["m8 OK NOOP completed."]);
 }
