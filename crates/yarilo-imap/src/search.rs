@@ -3,6 +3,7 @@
 //! and SAVEDATE (RFC 8514). Header and body keys scan the messages (the
 //! FTS issue replaces the scan with an index).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use yarilo_imap_proto::command::{SearchCommand, SearchKey, SearchKind, SearchReturn};
@@ -16,6 +17,7 @@ use crate::fetch::crlf;
 use crate::selected::{store_no, Selected};
 use crate::session::Session;
 use crate::sort::{compare, keys_of, needs_header, ordered_set, partial_window, SortValue};
+use crate::sort_cache::{Facts, SortCache};
 use crate::thread::{dismantle, thread_msg, Algorithm, Threader};
 
 /// How much of each message the keys look at.
@@ -252,6 +254,32 @@ pub(crate) async fn scan(
     Ok(())
 }
 
+/// Reads the headers of the `hits` the SORT cache lacks (512 per trip to
+/// the blocking pool, as scan() does) and adds their facts to it. Returns
+/// the facts read, since the cache keeps only what fits its budget.
+async fn cached_facts(
+    cache: &SortCache,
+    sel: &Selected,
+    hits: &[Hit],
+) -> Result<HashMap<u32, Facts>, StoreError> {
+    let resource = sel.mailbox.resource();
+    let uids: Vec<u32> = hits.iter().map(|h| h.uid).collect();
+    let missing = cache.missing(resource, &sel.view, &uids);
+    let mut read = HashMap::with_capacity(missing.len());
+    for chunk in missing.chunks(512) {
+        let facts: Vec<(u32, Facts)> = sel
+            .mailbox
+            .read_headers(chunk)
+            .await?
+            .into_iter()
+            .filter_map(|(uid, d)| d.map(|d| (uid, Facts::of(&crlf(d)))))
+            .collect();
+        cache.insert(resource, facts.clone());
+        read.extend(facts);
+    }
+    Ok(read)
+}
+
 /// The (MSN, UID) pairs of every message the client knows that still
 /// exists.
 pub(crate) fn candidates(sel: &Selected) -> Vec<(u32, u32)> {
@@ -316,27 +344,69 @@ impl Session {
             self.enabled.condstore = true;
         }
         let header_too = algorithm.is_some() || criteria.as_deref().is_some_and(needs_header);
+        // The header facts come from the cache when only SORT/THREAD needs
+        // the header; a search key that reads headers reads them anyway.
+        let cached = header_too && self.server.sort_cache.enabled() && need(&key) == Need::Meta;
         let cands = candidates(sel);
         let mut hits: Vec<Hit> = Vec::new();
         let mut keyed: Vec<(Vec<SortValue>, Hit)> = Vec::new();
         let mut threader = algorithm.map(Threader::new);
-        let scanned = scan(sel, &key, header_too, &cands, |hit, rec, header| {
-            if let Some(c) = &criteria {
-                keyed.push((keys_of(c, rec, header), hit));
-            } else {
-                hits.push(hit);
-            }
-            if let Some(t) = threader.as_mut() {
-                t.add(thread_msg(
-                    if s.uid { hit.uid } else { hit.msn },
-                    rec,
-                    header,
-                ));
-            }
-        })
+        let scanned = scan(
+            sel,
+            &key,
+            header_too && !cached,
+            &cands,
+            |hit, rec, header| {
+                if cached {
+                    hits.push(hit);
+                    return;
+                }
+                if let Some(c) = &criteria {
+                    keyed.push((keys_of(c, rec, header), hit));
+                } else {
+                    hits.push(hit);
+                }
+                if let Some(t) = threader.as_mut() {
+                    t.add(thread_msg(
+                        if s.uid { hit.uid } else { hit.msn },
+                        rec,
+                        header,
+                    ));
+                }
+            },
+        )
         .await;
         if let Err(e) = scanned {
             return Ok(store_no(tag, &e));
+        }
+        if cached {
+            let cache = &self.server.sort_cache;
+            let facts = match cached_facts(cache, sel, &hits).await {
+                Ok(f) => f,
+                Err(e) => return Ok(store_no(tag, &e)),
+            };
+            let resource = sel.mailbox.resource();
+            let view = &sel.view;
+            let found = std::mem::take(&mut hits);
+            cache.with(resource, |m| {
+                for hit in found {
+                    let (Some(rec), Some(f)) = (
+                        view.by_uid(hit.uid),
+                        m.get(&hit.uid).or_else(|| facts.get(&hit.uid)),
+                    ) else {
+                        // Gone from disk meanwhile: as scan() skips it.
+                        continue;
+                    };
+                    if let Some(c) = &criteria {
+                        keyed.push((f.sort_keys(c, rec), hit));
+                    } else {
+                        hits.push(hit);
+                    }
+                    if let Some(t) = threader.as_mut() {
+                        t.add(f.thread_msg(if s.uid { hit.uid } else { hit.msn }, rec));
+                    }
+                }
+            });
         }
         if let Some(t) = threader {
             // RFC 5256 §4: the THREAD response, even when empty.

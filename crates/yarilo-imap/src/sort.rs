@@ -42,7 +42,7 @@ pub(crate) fn subject_key(header: &[u8]) -> (String, bool) {
 }
 
 /// RFC 5256 §3 FROM/TO/CC: the addr-mailbox of the first address.
-fn mailbox_key(header: &[u8], field: &str) -> String {
+pub(crate) fn mailbox_key(header: &[u8], field: &str) -> String {
     let mailbox = yarilo_mime::first_address(header, field)
         .and_then(|a| a.mailbox)
         .unwrap_or_default();
@@ -51,7 +51,7 @@ fn mailbox_key(header: &[u8], field: &str) -> String {
 
 /// RFC 5957 §3: the decoded display name, else mailbox@host, else the
 /// mailbox, else "".
-fn display_key(header: &[u8], field: &str) -> String {
+pub(crate) fn display_key(header: &[u8], field: &str) -> String {
     let Some(a) = yarilo_mime::first_address(header, field) else {
         return String::new();
     };
