@@ -19,6 +19,12 @@ build_release
 trap cleanup EXIT INT TERM
 make_tmp
 log "temp dir $TMP"
+# The target dir may be shared with other builds: run on a copy of the
+# binaries just built, so none can change under the benchmark.
+mkdir -p "$TMP/bin"
+cp "$YARILO" "$YARCTL" "$TMP/bin/"
+YARILO="$TMP/bin/yarilo"
+YARCTL="$TMP/bin/yarctl"
 
 # One Maildir, generated once, copied to both servers before they start,
 # with a dovecot-uidlist so both number the messages alike.
