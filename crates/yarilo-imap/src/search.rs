@@ -261,19 +261,23 @@ async fn cached_facts(
     cache: &SortCache,
     sel: &Selected,
     hits: &[Hit],
-) -> Result<HashMap<u32, Facts>, StoreError> {
+) -> Result<HashMap<u32, Arc<Facts>>, StoreError> {
     let resource = sel.mailbox.resource();
     let uids: Vec<u32> = hits.iter().map(|h| h.uid).collect();
     let missing = cache.missing(resource, &sel.view, &uids);
     let mut read = HashMap::with_capacity(missing.len());
     for chunk in missing.chunks(512) {
-        let facts: Vec<(u32, Facts)> = sel
-            .mailbox
-            .read_headers(chunk)
-            .await?
-            .into_iter()
-            .filter_map(|(uid, d)| d.map(|d| (uid, Facts::of(&crlf(d)))))
-            .collect();
+        let headers = sel.mailbox.read_headers(chunk).await?;
+        // Parsing and collation keys cost more than the reading; off the
+        // runtime threads.
+        let facts: Vec<(u32, Arc<Facts>)> = tokio::task::spawn_blocking(move || {
+            headers
+                .into_iter()
+                .filter_map(|(uid, d)| d.map(|d| (uid, Arc::new(Facts::of(&crlf(d))))))
+                .collect()
+        })
+        .await
+        .map_err(|e| StoreError::Internal(format!("header facts worker failed: {e}")))?;
         cache.insert(resource, facts.clone());
         read.extend(facts);
     }
@@ -379,34 +383,50 @@ impl Session {
         if let Err(e) = scanned {
             return Ok(store_no(tag, &e));
         }
+        // Set when the cached path has already put `hits` in sort order.
+        let mut presorted = false;
         if cached {
             let cache = &self.server.sort_cache;
-            let facts = match cached_facts(cache, sel, &hits).await {
+            let read = match cached_facts(cache, sel, &hits).await {
                 Ok(f) => f,
                 Err(e) => return Ok(store_no(tag, &e)),
             };
-            let resource = sel.mailbox.resource();
             let view = &sel.view;
             let found = std::mem::take(&mut hits);
-            cache.with(resource, |m| {
-                for hit in found {
-                    let (Some(rec), Some(f)) = (
-                        view.by_uid(hit.uid),
-                        m.get(&hit.uid).or_else(|| facts.get(&hit.uid)),
-                    ) else {
-                        // Gone from disk meanwhile: as scan() skips it.
-                        continue;
-                    };
-                    if let Some(c) = &criteria {
-                        keyed.push((f.sort_keys(c, rec), hit));
-                    } else {
-                        hits.push(hit);
-                    }
-                    if let Some(t) = threader.as_mut() {
-                        t.add(f.thread_msg(if s.uid { hit.uid } else { hit.msn }, rec));
-                    }
+            let uids: Vec<u32> = found.iter().map(|h| h.uid).collect();
+            let rows: Vec<(Arc<Facts>, &MessageRecord, Hit)> = cache
+                .get(sel.mailbox.resource(), &uids)
+                .into_iter()
+                .zip(found)
+                .filter_map(|(f, hit)| {
+                    // Gone from disk meanwhile: skipped, as scan() does.
+                    let f = f.or_else(|| read.get(&hit.uid).cloned())?;
+                    Some((f, view.by_uid(hit.uid)?, hit))
+                })
+                .collect();
+            if let Some(t) = threader.as_mut() {
+                for (f, rec, hit) in &rows {
+                    t.add(f.thread_msg(if s.uid { hit.uid } else { hit.msn }, rec));
                 }
-            });
+            }
+            let update = s
+                .ret
+                .as_ref()
+                .is_some_and(|r| r.contains(&SearchReturn::Update));
+            match &criteria {
+                // An UPDATE context keeps the keys themselves.
+                Some(c) if update => {
+                    keyed = rows
+                        .iter()
+                        .map(|(f, rec, hit)| (f.sort_keys(c, rec), *hit))
+                        .collect();
+                }
+                Some(c) => {
+                    hits = crate::sort_cache::sorted(c, &rows);
+                    presorted = true;
+                }
+                None => hits = rows.iter().map(|r| r.2).collect(),
+            }
         }
         if let Some(t) = threader {
             // RFC 5256 §4: the THREAD response, even when empty.
@@ -417,7 +437,7 @@ impl Session {
             }
             return Ok(Response::ok(tag, None, "Thread completed."));
         }
-        if let Some(c) = &criteria {
+        if let Some(c) = criteria.as_ref().filter(|_| !presorted) {
             keyed.sort_by(|a, b| compare(c, &a.0, a.1.uid, &b.0, b.1.uid));
             hits = keyed.iter().map(|k| k.1).collect();
         }

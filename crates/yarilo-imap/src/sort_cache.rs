@@ -12,8 +12,9 @@
 //! least recently used mailboxes go first, and a mailbox bigger than the
 //! whole budget is cached only up to it. Never held across an `.await`.
 
+use std::cmp::Ordering;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use yarilo_imap_proto::command::{SortCriterion, SortKey};
 use yarilo_store::{MailboxView, MessageRecord};
@@ -42,15 +43,17 @@ impl Facts {
     pub(crate) fn of(header: &[u8]) -> Facts {
         let (subject, reply) = crate::sort::subject_key(header);
         let (message_id, references) = crate::thread::thread_ids(header);
+        let (from, display_from) = crate::sort::address_keys(header, "From");
+        let (to, display_to) = crate::sort::address_keys(header, "To");
         Facts {
             date: yarilo_mime::sent_date(header),
             subject: subject.into_boxed_str(),
             reply,
-            from: crate::sort::mailbox_key(header, "From").into_boxed_str(),
-            to: crate::sort::mailbox_key(header, "To").into_boxed_str(),
+            from: from.into_boxed_str(),
+            to: to.into_boxed_str(),
             cc: crate::sort::mailbox_key(header, "Cc").into_boxed_str(),
-            display_from: crate::sort::display_key(header, "From").into_boxed_str(),
-            display_to: crate::sort::display_key(header, "To").into_boxed_str(),
+            display_from: display_from.into_boxed_str(),
+            display_to: display_to.into_boxed_str(),
             message_id: message_id.map(String::into_boxed_str),
             references: references.into_iter().map(String::into_boxed_str).collect(),
         }
@@ -78,6 +81,36 @@ impl Facts {
             .collect()
     }
 
+    /// The order [`crate::sort::compare`] gives the keys of `a` and `b`,
+    /// without building them (ties: UID order).
+    pub(crate) fn compare(
+        criteria: &[SortCriterion],
+        (a, ar): (&Facts, &MessageRecord),
+        (b, br): (&Facts, &MessageRecord),
+    ) -> Ordering {
+        for c in criteria {
+            let o = match c.key {
+                SortKey::Arrival => ar.internal_date.cmp(&br.internal_date),
+                SortKey::Size => ar.vsize.cmp(&br.vsize),
+                SortKey::Date => a
+                    .date
+                    .unwrap_or(ar.internal_date)
+                    .cmp(&b.date.unwrap_or(br.internal_date)),
+                SortKey::Subject => a.subject.cmp(&b.subject),
+                SortKey::From => a.from.cmp(&b.from),
+                SortKey::To => a.to.cmp(&b.to),
+                SortKey::Cc => a.cc.cmp(&b.cc),
+                SortKey::DisplayFrom => a.display_from.cmp(&b.display_from),
+                SortKey::DisplayTo => a.display_to.cmp(&b.display_to),
+            };
+            let o = if c.reverse { o.reverse() } else { o };
+            if o != Ordering::Equal {
+                return o;
+            }
+        }
+        ar.uid.cmp(&br.uid)
+    }
+
     /// The same value as [`crate::thread::thread_msg`] on the header.
     pub(crate) fn thread_msg(&self, id: u32, rec: &MessageRecord) -> ThreadMsg {
         ThreadMsg {
@@ -89,6 +122,82 @@ impl Facts {
             references: self.references.iter().map(|r| r.to_string()).collect(),
         }
     }
+}
+
+/// One criterion's value, kept inline so that sorting a large mailbox
+/// walks one array instead of chasing a pointer per comparison: numbers
+/// as they are, strings by their first 8 bytes (big-endian, zero-padded,
+/// which orders like the strings whenever they differ) with the whole
+/// string behind for ties.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Key<'a> {
+    Num(i64),
+    Text(u64, &'a str),
+}
+
+impl Ord for Key<'_> {
+    fn cmp(&self, other: &Self) -> Ordering {
+        match (self, other) {
+            (Key::Num(a), Key::Num(b)) => a.cmp(b),
+            (Key::Text(pa, a), Key::Text(pb, b)) => pa.cmp(pb).then_with(|| a.cmp(b)),
+            // One criterion gives one kind; never mixed.
+            (Key::Num(_), Key::Text(..)) => Ordering::Less,
+            (Key::Text(..), Key::Num(_)) => Ordering::Greater,
+        }
+    }
+}
+
+impl PartialOrd for Key<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+fn text(s: &str) -> Key<'_> {
+    let mut p = [0u8; 8];
+    for (d, b) in p.iter_mut().zip(s.bytes()) {
+        *d = b;
+    }
+    Key::Text(u64::from_be_bytes(p), s)
+}
+
+impl Facts {
+    fn key(&self, key: SortKey, rec: &MessageRecord) -> Key<'_> {
+        match key {
+            SortKey::Arrival => Key::Num(rec.internal_date),
+            SortKey::Size => Key::Num(i64::try_from(rec.vsize).unwrap_or(i64::MAX)),
+            SortKey::Date => Key::Num(self.date.unwrap_or(rec.internal_date)),
+            SortKey::Subject => text(&self.subject),
+            SortKey::From => text(&self.from),
+            SortKey::To => text(&self.to),
+            SortKey::Cc => text(&self.cc),
+            SortKey::DisplayFrom => text(&self.display_from),
+            SortKey::DisplayTo => text(&self.display_to),
+        }
+    }
+}
+
+/// `items` (facts, record, payload) in the order [`Facts::compare`]
+/// gives, as their payloads.
+pub(crate) fn sorted<T: Copy>(
+    criteria: &[SortCriterion],
+    items: &[(Arc<Facts>, &MessageRecord, T)],
+) -> Vec<T> {
+    let [c] = criteria else {
+        let mut v: Vec<&(Arc<Facts>, &MessageRecord, T)> = items.iter().collect();
+        v.sort_by(|a, b| Facts::compare(criteria, (&a.0, a.1), (&b.0, b.1)));
+        return v.into_iter().map(|x| x.2).collect();
+    };
+    let mut rows: Vec<(Key<'_>, u32, T)> = items
+        .iter()
+        .map(|(f, rec, t)| (f.key(c.key, rec), rec.uid, *t))
+        .collect();
+    rows.sort_by(|a, b| {
+        let o = a.0.cmp(&b.0);
+        let o = if c.reverse { o.reverse() } else { o };
+        o.then(a.1.cmp(&b.1))
+    });
+    rows.into_iter().map(|r| r.2).collect()
 }
 
 #[cfg(test)]
@@ -112,7 +221,7 @@ struct MailboxFacts {
     /// (HIGHESTMODSEQ, messages) when expunged entries were last dropped.
     state: (u64, usize),
     last_used: u64,
-    facts: HashMap<u32, Facts>,
+    facts: HashMap<u32, Arc<Facts>>,
 }
 
 #[derive(Default)]
@@ -201,7 +310,7 @@ impl SortCache {
 
     /// Adds facts for `resource` (whose entry [`Self::missing`] made),
     /// within the budget; what does not fit is dropped.
-    pub(crate) fn insert(&self, resource: &str, items: Vec<(u32, Facts)>) {
+    pub(crate) fn insert(&self, resource: &str, items: Vec<(u32, Arc<Facts>)>) {
         let mut g = self.lock();
         let inner = &mut *g;
         let need = items.len();
@@ -231,13 +340,14 @@ impl SortCache {
         inner.total += added;
     }
 
-    /// Runs `f` over the mailbox's facts (empty when none are cached).
-    pub(crate) fn with<R>(&self, resource: &str, f: impl FnOnce(&HashMap<u32, Facts>) -> R) -> R {
+    /// The cached facts of `uids` (`None` where there are none). Only
+    /// reference counts are copied under the lock.
+    pub(crate) fn get(&self, resource: &str, uids: &[u32]) -> Vec<Option<Arc<Facts>>> {
         let g = self.lock();
-        match g.boxes.get(resource) {
-            Some(b) => f(&b.facts),
-            None => f(&HashMap::new()),
-        }
+        let Some(b) = g.boxes.get(resource) else {
+            return vec![None; uids.len()];
+        };
+        uids.iter().map(|u| b.facts.get(u).cloned()).collect()
     }
 
     /// Messages held over all mailboxes.
@@ -261,7 +371,7 @@ mod tests {
     fn rec(uid: u32) -> MessageRecord {
         MessageRecord {
             uid,
-            internal_date: 77,
+            internal_date: 70 + i64::from(uid),
             vsize: 5,
             ..placeholder()
         }
@@ -286,6 +396,32 @@ mod tests {
             key,
         })
         .collect();
+        // Both directions of every criterion order like the built keys.
+        for (i, ha) in (1..).zip(HEADERS) {
+            for (j, hb) in (1..).zip(HEADERS) {
+                let (a, b) = (Facts::of(ha), Facts::of(hb));
+                let (ra, rb) = (rec(i), rec(j));
+                for c in &all {
+                    for reverse in [false, true] {
+                        let c = [SortCriterion {
+                            reverse,
+                            key: c.key,
+                        }];
+                        assert_eq!(
+                            Facts::compare(&c, (&a, &ra), (&b, &rb)),
+                            crate::sort::compare(
+                                &c,
+                                &a.sort_keys(&c, &ra),
+                                ra.uid,
+                                &b.sort_keys(&c, &rb),
+                                rb.uid
+                            ),
+                            "{c:?} {i} {j}"
+                        );
+                    }
+                }
+            }
+        }
         for h in HEADERS {
             let f = Facts::of(h);
             assert_eq!(
@@ -301,8 +437,68 @@ mod tests {
         }
     }
 
-    fn f() -> Facts {
-        Facts::of(b"Subject: s\r\n\r\n")
+    fn f() -> Arc<Facts> {
+        Arc::new(Facts::of(b"Subject: s\r\n\r\n"))
+    }
+
+    fn cached(c: &SortCache, name: &str) -> usize {
+        c.get(name, &[1, 2, 3, 4]).iter().flatten().count()
+    }
+
+    #[test]
+    fn inline_keys_sort_like_the_comparator() {
+        let headers: Vec<Vec<u8>> = [
+            "Subject: abcdefgh1\r\nFrom: a@x\r\n",
+            "Subject: abcdefgh\r\nFrom: b@x\r\n",
+            "Subject: abc\r\nDate: Mon, 03 Jan 2022 00:00:00 +0000\r\n",
+            "Subject: Re: abc\r\nFrom: a@x\r\n",
+            "Subject: \u{e9}t\u{e9}\r\n",
+            "Subject: abcdefgh\r\n",
+            "\r\n",
+        ]
+        .iter()
+        .map(|h| format!("{h}\r\n").into_bytes())
+        .collect();
+        let facts: Vec<Arc<Facts>> = headers.iter().map(|h| Arc::new(Facts::of(h))).collect();
+        let recs: Vec<MessageRecord> = (1..=7u32)
+            .map(|u| MessageRecord {
+                vsize: u64::from(8 - u) % 3,
+                ..rec(u)
+            })
+            .collect();
+        let items: Vec<(Arc<Facts>, &MessageRecord, u32)> = facts
+            .iter()
+            .zip(&recs)
+            .map(|(f, r)| (f.clone(), r, r.uid))
+            .collect();
+        let keys = [
+            SortKey::Subject,
+            SortKey::From,
+            SortKey::Date,
+            SortKey::Size,
+        ];
+        let mut sets: Vec<Vec<SortCriterion>> = Vec::new();
+        for key in keys {
+            for reverse in [false, true] {
+                sets.push(vec![SortCriterion { reverse, key }]);
+            }
+        }
+        sets.push(vec![
+            SortCriterion {
+                reverse: false,
+                key: SortKey::Subject,
+            },
+            SortCriterion {
+                reverse: true,
+                key: SortKey::Size,
+            },
+        ]);
+        for c in &sets {
+            let mut want: Vec<&(Arc<Facts>, &MessageRecord, u32)> = items.iter().collect();
+            want.sort_by(|a, b| Facts::compare(c, (&a.0, a.1), (&b.0, b.1)));
+            let want: Vec<u32> = want.into_iter().map(|x| x.2).collect();
+            assert_eq!(sorted(c, &items), want, "{c:?}");
+        }
     }
 
     #[test]
@@ -316,12 +512,12 @@ mod tests {
         c.insert("b", vec![(1, f()), (2, f())]);
         // "a" was used less recently and goes.
         assert_eq!(c.total(), 2);
-        assert_eq!(c.with("a", |m| m.len()), 0);
+        assert_eq!(cached(&c, "a"), 0);
         // A mailbox bigger than the budget is cached up to it.
         assert_eq!(miss("c", &[1, 2, 3, 4]).len(), 4);
         c.insert("c", (1..=4).map(|u| (u, f())).collect());
         assert_eq!(c.total(), 3);
-        assert_eq!(c.with("c", |m| m.len()), 3);
+        assert_eq!(cached(&c, "c"), 3);
         // Disabled.
         assert!(!SortCache::new(0).enabled());
     }
