@@ -54,7 +54,7 @@ pub struct Imap {
     pub client_workarounds: Vec<String>,
     /// Messages whose SORT/THREAD header facts (sort keys, base subject,
     /// Message-ID, References) are kept in memory, over all mailboxes of
-    /// the process (a few hundred bytes each); least recently used
+    /// the process (about 0.5 KiB each); least recently used
     /// mailboxes are dropped first. 0 turns the cache off. Default 500000.
     pub sort_cache_messages: usize,
 }
