@@ -266,22 +266,43 @@ async fn cached_facts(
     let uids: Vec<u32> = hits.iter().map(|h| h.uid).collect();
     let missing = cache.missing(resource, &sel.view, &uids);
     let mut read = HashMap::with_capacity(missing.len());
+    // Parsing and collation keys cost more than the reading: done off the
+    // runtime threads, one chunk parsing while the next is read, at most
+    // two chunks at once.
+    let mut parsing = std::collections::VecDeque::new();
     for chunk in missing.chunks(512) {
         let headers = sel.mailbox.read_headers(chunk).await?;
-        // Parsing and collation keys cost more than the reading; off the
-        // runtime threads.
-        let facts: Vec<(u32, Arc<Facts>)> = tokio::task::spawn_blocking(move || {
+        parsing.push_back(tokio::task::spawn_blocking(move || {
             headers
                 .into_iter()
                 .filter_map(|(uid, d)| d.map(|d| (uid, Arc::new(Facts::of(&crlf(d))))))
-                .collect()
-        })
-        .await
-        .map_err(|e| StoreError::Internal(format!("header facts worker failed: {e}")))?;
-        cache.insert(resource, facts.clone());
-        read.extend(facts);
+                .collect::<Vec<(u32, Arc<Facts>)>>()
+        }));
+        if parsing.len() >= 2 {
+            if let Some(task) = parsing.pop_front() {
+                take_facts(cache, resource, task, &mut read).await?;
+            }
+        }
+    }
+    while let Some(task) = parsing.pop_front() {
+        take_facts(cache, resource, task, &mut read).await?;
     }
     Ok(read)
+}
+
+/// Waits for one chunk's facts and adds them to the cache and `read`.
+async fn take_facts(
+    cache: &SortCache,
+    resource: &str,
+    task: tokio::task::JoinHandle<Vec<(u32, Arc<Facts>)>>,
+    read: &mut HashMap<u32, Arc<Facts>>,
+) -> Result<(), StoreError> {
+    let facts = task
+        .await
+        .map_err(|e| StoreError::Internal(format!("header facts worker failed: {e}")))?;
+    cache.insert(resource, facts.clone());
+    read.extend(facts);
+    Ok(())
 }
 
 /// The (MSN, UID) pairs of every message the client knows that still

@@ -462,3 +462,58 @@ async fn header_cache_follows_changes_and_budget() {
         );
     }
 }
+
+/// More messages than one read batch (512): the facts of several batches
+/// are parsed concurrently and must all land, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_cache_fills_over_several_batches() {
+    const N: u32 = 1300;
+    for budget in [500_000, 700] {
+        let s = common::start_with(|c| c.imap.sort_cache_messages = budget).await;
+        let info = yarilo_store::UserInfo {
+            user: USER.into(),
+            home: String::new(),
+        };
+        let inbox = s
+            .store
+            .user(&info)
+            .await
+            .unwrap()
+            .open("INBOX")
+            .await
+            .unwrap();
+        // Sent dates run backwards against arrival; every 7th has none.
+        let msgs = (1..=N)
+            .map(|i| {
+                let date = if i % 7 == 0 {
+                    String::new()
+                } else {
+                    let minutes = N - i;
+                    format!(
+                        "Date: Sat, 01 Jan 2022 {:02}:{:02}:00 +0000\r\n",
+                        minutes / 60,
+                        minutes % 60
+                    )
+                };
+                (
+                    format!("Subject: m{i}\r\n{date}Message-ID: <{i}@t>\r\n\r\nx\r\n").into_bytes(),
+                    Default::default(),
+                )
+            })
+            .collect();
+        inbox.deliver(msgs).await.unwrap();
+        let mut c = Raw::login(s.addr, USER).await;
+        c.cmd("s SELECT INBOX").await;
+        // No Date: INTERNALDATE (delivery time, after every Date: here).
+        let mut want: Vec<u32> = (1..=N).rev().filter(|i| i % 7 != 0).collect();
+        want.extend((1..=N).filter(|i| i % 7 == 0));
+        let want: Vec<String> = want.iter().map(u32::to_string).collect();
+        for tag in ["a1", "a2"] {
+            assert_eq!(
+                one(&mut c, &format!("{tag} UID SORT (DATE) UTF-8 ALL")).await,
+                format!("* SORT {}", want.join(" ")),
+                "budget {budget}"
+            );
+        }
+    }
+}
