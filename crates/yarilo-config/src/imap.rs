@@ -52,6 +52,11 @@ pub struct Imap {
     /// `delay-newmail`, `tb-extra-mailbox-sep`, `tb-lsub-flags`. Default
     /// none.
     pub client_workarounds: Vec<String>,
+    /// Messages whose SORT/THREAD header facts (sort keys, base subject,
+    /// Message-ID, References) are kept in memory, over all mailboxes of
+    /// the process (about 0.5 KiB each); least recently used
+    /// mailboxes are dropped first. 0 turns the cache off. Default 500000.
+    pub sort_cache_messages: usize,
 }
 
 /// The workaround names `imap.client_workarounds` accepts.
@@ -75,6 +80,7 @@ impl Default for Imap {
             capability: String::new(),
             max_connections: 20_000,
             client_workarounds: Vec::new(),
+            sort_cache_messages: 500_000,
         }
     }
 }

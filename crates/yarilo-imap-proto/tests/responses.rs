@@ -541,3 +541,60 @@ proptest! {
         prop_assert_eq!(messages[0].date, Some(dt));
     }
 }
+
+#[test]
+fn urlfetch_simple_and_extended_forms() {
+    let url = "imap://joe@example.com/INBOX/;uid=20/;section=1.2;urlauth=anonymous:internal:91354a473744909de610943775f92038";
+    assert_eq!(
+        data(Data::UrlFetch(vec![
+            (url.into(), UrlFetchValue::Simple(Some("hi".into()))),
+            ("x y".into(), UrlFetchValue::Simple(None)),
+        ])),
+        format!("* URLFETCH {url} \"hi\" \"x y\" NIL\r\n")
+    );
+    // RFC 5524 §3.2: each item is its own parenthesised element.
+    let structure = BodyStructure::Single {
+        media_type: b"text".to_vec(),
+        subtype: b"plain".to_vec(),
+        params: vec![(b"charset".to_vec(), b"us-ascii".to_vec())],
+        id: None,
+        description: None,
+        encoding: b"7bit".to_vec(),
+        size: 3,
+        kind: SinglePartKind::Text { lines: 0 },
+        md5: None,
+        ext: BodyExt::default(),
+    };
+    assert_eq!(
+        data(Data::UrlFetch(vec![(
+            url.into(),
+            UrlFetchValue::Extended {
+                body_part_structure: Some(Box::new(structure)),
+                data: Some(UrlFetchData::Binary(Some(b"a\0b"[..].into()))),
+            }
+        )])),
+        format!(
+            "* URLFETCH {url} (BODYPARTSTRUCTURE (\"text\" \"plain\" (\"charset\" \"us-ascii\") NIL NIL \"7bit\" 3 0 NIL NIL NIL NIL)) (BINARY ~{{3}}\r\na\0b)\r\n"
+        )
+    );
+    assert_eq!(
+        data(Data::UrlFetch(vec![(
+            url.into(),
+            UrlFetchValue::Extended {
+                body_part_structure: None,
+                data: Some(UrlFetchData::Binary(None)),
+            }
+        )])),
+        format!("* URLFETCH {url} (BINARY NIL)\r\n")
+    );
+    assert_eq!(
+        data(Data::UrlFetch(vec![(
+            url.into(),
+            UrlFetchValue::Extended {
+                body_part_structure: None,
+                data: Some(UrlFetchData::Body("x\r\n".into())),
+            }
+        )])),
+        format!("* URLFETCH {url} (BODY {{3}}\r\nx\r\n)\r\n")
+    );
+}

@@ -46,6 +46,7 @@ pub const AUTHENTICATED: &[&str] = &[
     "CATENATE",
     "NOTIFY",
     "URLAUTH",
+    "URLAUTH=BINARY",
 ];
 
 /// Before login. `starttls`: offered on this connection; `login_ok`: a

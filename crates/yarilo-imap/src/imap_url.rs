@@ -136,13 +136,23 @@ impl Session {
         mailbox: &yarilo_store::Mailbox,
         u: &MessageUrl,
     ) -> Option<Vec<u8>> {
+        let raw = self.url_message(mailbox, u).await?;
+        let data = yarilo_mime::section(&raw, &u.section)?;
+        Some(crate::fetch::apply_partial(data, u.partial))
+    }
+
+    /// The whole message `u` names (CRLF line ends, as FETCH sees it), or
+    /// `None` for a wrong UIDVALIDITY or a missing message.
+    pub(crate) async fn url_message(
+        &self,
+        mailbox: &yarilo_store::Mailbox,
+        u: &MessageUrl,
+    ) -> Option<Vec<u8>> {
         let view = mailbox.refresh().await.ok()?;
         if u.uidvalidity.is_some_and(|v| v != view.uidvalidity()) {
             return None;
         }
-        let raw = crate::fetch::crlf(mailbox.read_message(u.uid).await.ok()?);
-        let data = yarilo_mime::section(&raw, &u.section)?;
-        Some(crate::fetch::apply_partial(data, u.partial))
+        Some(crate::fetch::crlf(mailbox.read_message(u.uid).await.ok()?))
     }
 }
 

@@ -38,6 +38,7 @@ mod selected;
 mod server;
 mod session;
 mod sort;
+mod sort_cache;
 mod status;
 mod thread;
 mod urlauth;

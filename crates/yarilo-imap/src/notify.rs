@@ -5,25 +5,29 @@
 //! deployment (through the locks EVENT channel) are seen as well.
 //!
 //! Supported events: MessageNew, MessageExpunge, FlagChange (as STATUS),
-//! MailboxName and SubscriptionChange (as LIST). The METADATA and
-//! annotation events are answered `NO [BADEVENT]` with this list.
+//! MailboxName and SubscriptionChange (as LIST), MailboxMetadataChange
+//! and ServerMetadataChange (RFC 5465 §5.8-5.9, as the unsolicited
+//! `METADATA mailbox entry...` of RFC 5464 §4.4.2, entry names only).
+//! AnnotationChange is answered `NO [BADEVENT]` with this list.
 
 use std::collections::BTreeSet;
 
 use tokio::sync::broadcast;
 use yarilo_imap_proto::command::{NotifyEvent, NotifyFilter, NotifySet, StatusItem};
-use yarilo_imap_proto::response::{Code, Data, ListExtended, ListItem, Response};
+use yarilo_imap_proto::response::{Code, Data, ListExtended, ListItem, MetadataEntries, Response};
 use yarilo_imap_proto::Mailbox;
 use yarilo_locks::Event;
 
 use crate::session::Session;
 
-const SUPPORTED: [&str; 5] = [
+const SUPPORTED: [&str; 7] = [
     "MessageNew",
     "MessageExpunge",
     "FlagChange",
     "MailboxName",
     "SubscriptionChange",
+    "MailboxMetadataChange",
+    "ServerMetadataChange",
 ];
 
 /// What the client asked to hear about, per filter.
@@ -34,6 +38,8 @@ struct Wants {
     flags: bool,
     names: bool,
     subscriptions: bool,
+    mailbox_metadata: bool,
+    server_metadata: bool,
 }
 
 pub(crate) struct NotifyState {
@@ -49,28 +55,24 @@ pub(crate) struct NotifyState {
     lagged: bool,
     /// Mailbox-level changes in arrival order: (kind, store name, payload).
     lists: Vec<(String, String, String)>,
+    /// Metadata changes in arrival order: (store name or "" for the
+    /// server, entry names).
+    metadata: Vec<(String, Vec<String>)>,
+    /// This user's name, to recognise its metadata events.
+    user: String,
 }
+
+/// Bounds the metadata changes queued between two command boundaries;
+/// beyond it the oldest are dropped (the client can re-read with
+/// GETMETADATA, as after any lost event).
+const MAX_QUEUED_METADATA: usize = 1000;
 
 impl NotifyState {
     /// The first group whose filter takes `name` (client spelling) decides.
     fn wants(&self, imap_name: &str, store_name: &str, sep: char) -> Option<Wants> {
-        self.groups.iter().find_map(|(f, w)| {
-            let hit = match f {
-                NotifyFilter::Selected | NotifyFilter::SelectedDelayed => false,
-                NotifyFilter::Inboxes => store_name == "INBOX",
-                NotifyFilter::Personal => true,
-                NotifyFilter::Subscribed => self.subscribed.iter().any(|s| s == store_name),
-                NotifyFilter::Subtree(list) => list.iter().any(|m| {
-                    let root = m.as_str();
-                    imap_name == root
-                        || imap_name
-                            .strip_prefix(root)
-                            .is_some_and(|r| r.starts_with(sep))
-                }),
-                NotifyFilter::Mailboxes(list) => list.iter().any(|m| m.as_str() == imap_name),
-            };
-            hit.then_some(*w)
-        })
+        self.groups
+            .iter()
+            .find_map(|(f, w)| self.wants_one(f, imap_name, store_name, sep).then_some(*w))
     }
 
     /// Takes what arrived on the bus into `pending`.
@@ -86,8 +88,53 @@ impl NotifyState {
         }
     }
 
+    /// The first group whose filter takes `store_name` for a metadata
+    /// event; unlike message events, SELECTED matches the selected
+    /// mailbox (its metadata changes have no other way to be reported).
+    fn wants_metadata(
+        &self,
+        imap_name: &str,
+        store_name: &str,
+        sep: char,
+        selected: Option<&str>,
+    ) -> Option<Wants> {
+        self.groups.iter().find_map(|(f, w)| {
+            let hit = match f {
+                NotifyFilter::Selected | NotifyFilter::SelectedDelayed => {
+                    selected == Some(store_name)
+                }
+                _ => return self.wants_one(f, imap_name, store_name, sep).then_some(*w),
+            };
+            hit.then_some(*w)
+        })
+    }
+
+    fn wants_one(&self, f: &NotifyFilter, imap_name: &str, store_name: &str, sep: char) -> bool {
+        match f {
+            NotifyFilter::Selected | NotifyFilter::SelectedDelayed => false,
+            NotifyFilter::Inboxes => store_name == "INBOX",
+            NotifyFilter::Personal => true,
+            NotifyFilter::Subscribed => self.subscribed.iter().any(|s| s == store_name),
+            NotifyFilter::Subtree(list) => list.iter().any(|m| {
+                let root = m.as_str();
+                imap_name == root
+                    || imap_name
+                        .strip_prefix(root)
+                        .is_some_and(|r| r.starts_with(sep))
+            }),
+            NotifyFilter::Mailboxes(list) => list.iter().any(|m| m.as_str() == imap_name),
+        }
+    }
+
     /// Whether `e` is news for this session.
     pub fn note(&mut self, e: &Event, selected: Option<&str>) -> bool {
+        if let Some((mailbox, names)) = yarilo_store::metadata::parse_event(e, &self.user) {
+            if self.metadata.len() >= MAX_QUEUED_METADATA {
+                self.metadata.remove(0);
+            }
+            self.metadata.push((mailbox.to_string(), names));
+            return true;
+        }
         let Some(name) = e.resource.strip_prefix(&self.prefix) else {
             return false;
         };
@@ -127,6 +174,8 @@ fn wants_of(events: &[NotifyEvent]) -> Result<Wants, Vec<String>> {
             NotifyEvent::FlagChange => w.flags = true,
             NotifyEvent::MailboxName => w.names = true,
             NotifyEvent::SubscriptionChange => w.subscriptions = true,
+            NotifyEvent::MailboxMetadataChange => w.mailbox_metadata = true,
+            NotifyEvent::ServerMetadataChange => w.server_metadata = true,
             _ => bad.push(()),
         }
     }
@@ -179,6 +228,8 @@ impl Session {
             pending: BTreeSet::new(),
             lagged: false,
             lists: Vec::new(),
+            metadata: Vec::new(),
+            user,
         };
         if set.status {
             // STATUS for every watched mailbox now (RFC 5465 §3.1).
@@ -189,6 +240,45 @@ impl Session {
             self.deliver_notifications().await;
         }
         Response::ok(tag, None, "NOTIFY completed.")
+    }
+
+    /// Sends the unsolicited `* METADATA mailbox entry...` (RFC 5464
+    /// §4.4.2) for the metadata changes queued since last time.
+    fn deliver_metadata(&mut self, selected_resource: Option<&str>, sep: char) {
+        let Some(state) = self.notify.as_mut() else {
+            return;
+        };
+        let changes = std::mem::take(&mut state.metadata);
+        let selected = selected_resource.and_then(|r| r.strip_prefix(state.prefix.as_str()));
+        for (store_name, names) in changes {
+            if names.is_empty() {
+                continue;
+            }
+            let Some(state) = self.notify.as_ref() else {
+                return;
+            };
+            let mailbox = if store_name.is_empty() {
+                // RFC 5465 §5.9: server entries are not tied to a
+                // mailbox, so any group asking for them will do.
+                if !state.groups.iter().any(|(_, w)| w.server_metadata) {
+                    continue;
+                }
+                None
+            } else {
+                let imap_name = self.names.to_imap(&store_name);
+                let wanted = state
+                    .wants_metadata(&imap_name, &store_name, sep, selected)
+                    .is_some_and(|w| w.mailbox_metadata);
+                if !wanted {
+                    continue;
+                }
+                Some(Mailbox::new(imap_name))
+            };
+            self.conn.send(&Response::Data(Data::Metadata {
+                mailbox,
+                entries: MetadataEntries::Names(names),
+            }));
+        }
     }
 
     /// Sends `* STATUS` for the mailboxes that changed since last time.
@@ -233,6 +323,7 @@ impl Session {
                 extended,
             })));
         }
+        self.deliver_metadata(selected.as_deref(), sep);
         let Some(state) = self.notify.as_mut() else {
             return;
         };

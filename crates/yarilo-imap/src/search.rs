@@ -3,6 +3,7 @@
 //! and SAVEDATE (RFC 8514). Header and body keys scan the messages (the
 //! FTS issue replaces the scan with an index).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use yarilo_imap_proto::command::{SearchCommand, SearchKey, SearchKind, SearchReturn};
@@ -16,6 +17,7 @@ use crate::fetch::crlf;
 use crate::selected::{store_no, Selected};
 use crate::session::Session;
 use crate::sort::{compare, keys_of, needs_header, ordered_set, partial_window, SortValue};
+use crate::sort_cache::{Facts, SortCache};
 use crate::thread::{dismantle, thread_msg, Algorithm, Threader};
 
 /// How much of each message the keys look at.
@@ -252,6 +254,57 @@ pub(crate) async fn scan(
     Ok(())
 }
 
+/// Reads the headers of the `hits` the SORT cache lacks (512 per trip to
+/// the blocking pool, as scan() does) and adds their facts to it. Returns
+/// the facts read, since the cache keeps only what fits its budget.
+async fn cached_facts(
+    cache: &SortCache,
+    sel: &Selected,
+    hits: &[Hit],
+) -> Result<HashMap<u32, Arc<Facts>>, StoreError> {
+    let resource = sel.mailbox.resource();
+    let uids: Vec<u32> = hits.iter().map(|h| h.uid).collect();
+    let missing = cache.missing(resource, &sel.view, &uids);
+    let mut read = HashMap::with_capacity(missing.len());
+    // Parsing and collation keys cost more than the reading: done off the
+    // runtime threads, one chunk parsing while the next is read, at most
+    // two chunks at once.
+    let mut parsing = std::collections::VecDeque::new();
+    for chunk in missing.chunks(512) {
+        let headers = sel.mailbox.read_headers(chunk).await?;
+        parsing.push_back(tokio::task::spawn_blocking(move || {
+            headers
+                .into_iter()
+                .filter_map(|(uid, d)| d.map(|d| (uid, Arc::new(Facts::of(&crlf(d))))))
+                .collect::<Vec<(u32, Arc<Facts>)>>()
+        }));
+        if parsing.len() >= 2 {
+            if let Some(task) = parsing.pop_front() {
+                take_facts(cache, resource, task, &mut read).await?;
+            }
+        }
+    }
+    while let Some(task) = parsing.pop_front() {
+        take_facts(cache, resource, task, &mut read).await?;
+    }
+    Ok(read)
+}
+
+/// Waits for one chunk's facts and adds them to the cache and `read`.
+async fn take_facts(
+    cache: &SortCache,
+    resource: &str,
+    task: tokio::task::JoinHandle<Vec<(u32, Arc<Facts>)>>,
+    read: &mut HashMap<u32, Arc<Facts>>,
+) -> Result<(), StoreError> {
+    let facts = task
+        .await
+        .map_err(|e| StoreError::Internal(format!("header facts worker failed: {e}")))?;
+    cache.insert(resource, facts.clone());
+    read.extend(facts);
+    Ok(())
+}
+
 /// The (MSN, UID) pairs of every message the client knows that still
 /// exists.
 pub(crate) fn candidates(sel: &Selected) -> Vec<(u32, u32)> {
@@ -316,27 +369,85 @@ impl Session {
             self.enabled.condstore = true;
         }
         let header_too = algorithm.is_some() || criteria.as_deref().is_some_and(needs_header);
+        // The header facts come from the cache when only SORT/THREAD needs
+        // the header; a search key that reads headers reads them anyway.
+        let cached = header_too && self.server.sort_cache.enabled() && need(&key) == Need::Meta;
         let cands = candidates(sel);
         let mut hits: Vec<Hit> = Vec::new();
         let mut keyed: Vec<(Vec<SortValue>, Hit)> = Vec::new();
         let mut threader = algorithm.map(Threader::new);
-        let scanned = scan(sel, &key, header_too, &cands, |hit, rec, header| {
-            if let Some(c) = &criteria {
-                keyed.push((keys_of(c, rec, header), hit));
-            } else {
-                hits.push(hit);
-            }
-            if let Some(t) = threader.as_mut() {
-                t.add(thread_msg(
-                    if s.uid { hit.uid } else { hit.msn },
-                    rec,
-                    header,
-                ));
-            }
-        })
+        let scanned = scan(
+            sel,
+            &key,
+            header_too && !cached,
+            &cands,
+            |hit, rec, header| {
+                if cached {
+                    hits.push(hit);
+                    return;
+                }
+                if let Some(c) = &criteria {
+                    keyed.push((keys_of(c, rec, header), hit));
+                } else {
+                    hits.push(hit);
+                }
+                if let Some(t) = threader.as_mut() {
+                    t.add(thread_msg(
+                        if s.uid { hit.uid } else { hit.msn },
+                        rec,
+                        header,
+                    ));
+                }
+            },
+        )
         .await;
         if let Err(e) = scanned {
             return Ok(store_no(tag, &e));
+        }
+        // Set when the cached path has already put `hits` in sort order.
+        let mut presorted = false;
+        if cached {
+            let cache = &self.server.sort_cache;
+            let read = match cached_facts(cache, sel, &hits).await {
+                Ok(f) => f,
+                Err(e) => return Ok(store_no(tag, &e)),
+            };
+            let view = &sel.view;
+            let found = std::mem::take(&mut hits);
+            let uids: Vec<u32> = found.iter().map(|h| h.uid).collect();
+            let rows: Vec<(Arc<Facts>, &MessageRecord, Hit)> = cache
+                .get(sel.mailbox.resource(), &uids)
+                .into_iter()
+                .zip(found)
+                .filter_map(|(f, hit)| {
+                    // Gone from disk meanwhile: skipped, as scan() does.
+                    let f = f.or_else(|| read.get(&hit.uid).cloned())?;
+                    Some((f, view.by_uid(hit.uid)?, hit))
+                })
+                .collect();
+            if let Some(t) = threader.as_mut() {
+                for (f, rec, hit) in &rows {
+                    t.add(f.thread_msg(if s.uid { hit.uid } else { hit.msn }, rec));
+                }
+            }
+            let update = s
+                .ret
+                .as_ref()
+                .is_some_and(|r| r.contains(&SearchReturn::Update));
+            match &criteria {
+                // An UPDATE context keeps the keys themselves.
+                Some(c) if update => {
+                    keyed = rows
+                        .iter()
+                        .map(|(f, rec, hit)| (f.sort_keys(c, rec), *hit))
+                        .collect();
+                }
+                Some(c) => {
+                    hits = crate::sort_cache::sorted(c, &rows);
+                    presorted = true;
+                }
+                None => hits = rows.iter().map(|r| r.2).collect(),
+            }
         }
         if let Some(t) = threader {
             // RFC 5256 §4: the THREAD response, even when empty.
@@ -347,7 +458,7 @@ impl Session {
             }
             return Ok(Response::ok(tag, None, "Thread completed."));
         }
-        if let Some(c) = &criteria {
+        if let Some(c) = criteria.as_ref().filter(|_| !presorted) {
             keyed.sort_by(|a, b| compare(c, &a.0, a.1.uid, &b.0, b.1.uid));
             hits = keyed.iter().map(|k| k.1).collect();
         }

@@ -41,6 +41,9 @@ pub struct ImapSettings {
     pub tb_extra_mailbox_sep: bool,
     /// `tb-lsub-flags`: LSUB answers carry `\HasChildren`/`\HasNoChildren`.
     pub tb_lsub_flags: bool,
+    /// Messages whose SORT/THREAD header facts are kept in memory, over
+    /// all mailboxes; 0 turns the cache off.
+    pub sort_cache_messages: usize,
 }
 
 impl Default for ImapSettings {
@@ -79,6 +82,7 @@ impl ImapSettings {
                 .iter()
                 .any(|w| w == "tb-extra-mailbox-sep"),
             tb_lsub_flags: c.client_workarounds.iter().any(|w| w == "tb-lsub-flags"),
+            sort_cache_messages: c.sort_cache_messages,
         }
     }
 }
@@ -92,6 +96,7 @@ pub struct ImapServer {
     pub(crate) metrics: Metrics,
     pub(crate) recent: RecentTracker,
     pub(crate) idle_watch: crate::idle::IdleWatch,
+    pub(crate) sort_cache: crate::sort_cache::SortCache,
 }
 
 impl ImapServer {
@@ -107,13 +112,14 @@ impl ImapServer {
         let metrics = Metrics::default();
         metrics.register(registry);
         Arc::new(ImapServer {
-            settings,
             store,
             auth,
             starttls,
             metrics,
             recent: RecentTracker::default(),
             idle_watch: Default::default(),
+            sort_cache: crate::sort_cache::SortCache::new(settings.sort_cache_messages),
+            settings,
         })
     }
 

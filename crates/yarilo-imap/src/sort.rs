@@ -9,6 +9,7 @@
 use std::cmp::Ordering;
 
 use yarilo_imap_proto::command::{SortCriterion, SortKey};
+use yarilo_imap_proto::response::Address;
 use yarilo_imap_proto::{SeqItem, SeqNum, SequenceSet};
 use yarilo_store::MessageRecord;
 
@@ -42,17 +43,29 @@ pub(crate) fn subject_key(header: &[u8]) -> (String, bool) {
 }
 
 /// RFC 5256 §3 FROM/TO/CC: the addr-mailbox of the first address.
-fn mailbox_key(header: &[u8], field: &str) -> String {
-    let mailbox = yarilo_mime::first_address(header, field)
-        .and_then(|a| a.mailbox)
-        .unwrap_or_default();
-    unicode_casemap(&String::from_utf8_lossy(&mailbox))
+pub(crate) fn mailbox_key(header: &[u8], field: &str) -> String {
+    mailbox_key_of(yarilo_mime::first_address(header, field).as_ref())
 }
 
 /// RFC 5957 §3: the decoded display name, else mailbox@host, else the
 /// mailbox, else "".
-fn display_key(header: &[u8], field: &str) -> String {
-    let Some(a) = yarilo_mime::first_address(header, field) else {
+pub(crate) fn display_key(header: &[u8], field: &str) -> String {
+    display_key_of(yarilo_mime::first_address(header, field).as_ref())
+}
+
+/// [`mailbox_key`] and [`display_key`] from one parse of the field.
+pub(crate) fn address_keys(header: &[u8], field: &str) -> (String, String) {
+    let a = yarilo_mime::first_address(header, field);
+    (mailbox_key_of(a.as_ref()), display_key_of(a.as_ref()))
+}
+
+fn mailbox_key_of(a: Option<&Address>) -> String {
+    let mailbox = a.and_then(|a| a.mailbox.as_deref()).unwrap_or_default();
+    unicode_casemap(&String::from_utf8_lossy(mailbox))
+}
+
+fn display_key_of(a: Option<&Address>) -> String {
+    let Some(a) = a else {
         return String::new();
     };
     let name = a

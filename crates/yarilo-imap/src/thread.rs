@@ -508,6 +508,20 @@ pub(crate) fn dismantle(threads: Vec<ThreadNode>) {
 /// REFERENCES step 1: References, else the first In-Reply-To id).
 pub(crate) fn thread_msg(id: u32, rec: &yarilo_store::MessageRecord, header: &[u8]) -> ThreadMsg {
     let (subject, reply) = crate::sort::subject_key(header);
+    let (message_id, references) = thread_ids(header);
+    ThreadMsg {
+        id,
+        date: crate::sort::sent_date(rec, header),
+        subject,
+        reply,
+        message_id,
+        references,
+    }
+}
+
+/// The Message-ID and the parent chain (References, else the first
+/// In-Reply-To id) of a header.
+pub(crate) fn thread_ids(header: &[u8]) -> (Option<String>, Vec<String>) {
     let ids = |field: &str| {
         yarilo_mime::header_raw(header, field)
             .map(|v| msg_ids(&v))
@@ -517,14 +531,7 @@ pub(crate) fn thread_msg(id: u32, rec: &yarilo_store::MessageRecord, header: &[u
     if references.is_empty() {
         references = ids("In-Reply-To").into_iter().take(1).collect();
     }
-    ThreadMsg {
-        id,
-        date: crate::sort::sent_date(rec, header),
-        subject,
-        reply,
-        message_id: ids("Message-ID").into_iter().next(),
-        references,
-    }
+    (ids("Message-ID").into_iter().next(), references)
 }
 
 #[cfg(test)]

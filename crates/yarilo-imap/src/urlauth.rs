@@ -4,12 +4,21 @@
 //! the store, one per mailbox. This session only serves the user's own
 //! URLs; `submit+` URLs are for the submission server (BURL) and are NIL
 //! here, as the RFC asks.
+//!
+//! URLAUTH=BINARY (RFC 5524): `URLFETCH (url [BODYPARTSTRUCTURE] [BODY |
+//! BINARY])` answers with one parenthesised element per item. A URL that
+//! names nothing is NIL as in RFC 4467; a part whose transfer encoding
+//! cannot be undone gets `(BINARY NIL)` (RFC 5524 §3.2); BODYPARTSTRUCTURE
+//! describes the data as returned, so after BINARY decoding its encoding
+//! and size are those of the decoded octets.
 
 use bytes::Bytes;
 use hmac::{Hmac, Mac};
 use sha1::Sha1;
 use yarilo_imap_proto::command::UrlFetchItem;
-use yarilo_imap_proto::response::{Code, Data, Response};
+use yarilo_imap_proto::response::{
+    BodyStructure, Code, Data, Response, SinglePartKind, UrlFetchData, UrlFetchValue,
+};
 use yarilo_imap_proto::{Date, Mailbox};
 
 use crate::imap_url::{self, MessageUrl};
@@ -177,8 +186,13 @@ impl Session {
         }
     }
 
-    /// The bytes a signed URL names, or `None` (answered NIL).
-    async fn urlfetch_one(&self, tag: &str, full: &str) -> Option<Vec<u8>> {
+    /// The mailbox and message URL a signed URL names, once its token,
+    /// access and expiry have been checked; `None` is answered NIL.
+    async fn urlfetch_target(
+        &self,
+        tag: &str,
+        full: &str,
+    ) -> Option<(yarilo_store::Mailbox, MessageUrl)> {
         let (rest, token) = full.rsplit_once(':')?;
         let (rump, mech) = rest.rsplit_once(':')?;
         if !mech.eq_ignore_ascii_case("internal") {
@@ -213,23 +227,192 @@ impl Session {
         let mut mac = HmacSha1::new_from_slice(&key).ok()?;
         mac.update(rump.as_bytes());
         mac.verify_slice(&hex::decode(token).ok()?).ok()?;
-        self.url_content(&mbox, &u).await
+        Some((mbox, u))
     }
 
     pub(crate) async fn urlfetch(&mut self, tag: &str, items: Vec<UrlFetchItem>) -> Response {
+        // RFC 5524 §3.1: BODY and BINARY ask for the same data in two
+        // forms; one URL may have only one (Dovecot answers BAD too).
+        if items.iter().any(|it| it.body && it.binary) {
+            return Response::bad(
+                Some(tag.to_string()),
+                None,
+                "URL cannot have both BODY and BINARY fetch parameters.",
+            );
+        }
         let mut out = Vec::new();
         for it in items {
-            let data = self.urlfetch_one(tag, &it.url).await;
-            out.push((it.url, data.map(Bytes::from)));
+            let value = match self.urlfetch_target(tag, &it.url).await {
+                None => UrlFetchValue::Simple(None),
+                Some((mbox, u)) if !it.extended => {
+                    UrlFetchValue::Simple(self.url_content(&mbox, &u).await.map(Bytes::from))
+                }
+                Some((mbox, u)) => match self.url_message(&mbox, &u).await {
+                    Some(raw) => extended(&raw, &u, &it),
+                    None => UrlFetchValue::Simple(None),
+                },
+            };
+            out.push((it.url, value));
         }
         self.conn.send(&Response::Data(Data::UrlFetch(out)));
         Response::ok(tag, None, "Urlfetch completed.")
     }
 }
 
+/// The RFC 5524 answer for one URL into `raw` (the whole message). NIL
+/// when the URL names nothing there, or BODYPARTSTRUCTURE was asked of
+/// something that is not a body part (a HEADER, TEXT or MIME section).
+fn extended(raw: &[u8], u: &MessageUrl, it: &UrlFetchItem) -> UrlFetchValue {
+    extended_inner(raw, u, it).unwrap_or(UrlFetchValue::Simple(None))
+}
+
+fn extended_inner(raw: &[u8], u: &MessageUrl, it: &UrlFetchItem) -> Option<UrlFetchValue> {
+    let is_part = u.section.text.is_none();
+    let mut structure = if it.body_part_structure {
+        if !is_part {
+            return None;
+        }
+        Some(yarilo_mime::part_structure(raw, &u.section.part)?)
+    } else {
+        None
+    };
+    // Extended with no item at all: the data as stored, as Dovecot does.
+    let want_body = it.body || (!it.binary && !it.body_part_structure);
+    let data = if want_body {
+        let d = yarilo_mime::section(raw, &u.section)?;
+        Some(UrlFetchData::Body(Bytes::from(
+            crate::fetch::apply_partial(d, u.partial),
+        )))
+    } else if it.binary {
+        // A HEADER/TEXT/MIME section has no transfer encoding of its own
+        // to undo (RFC 3516 BINARY takes part numbers only).
+        let decoded = if is_part {
+            match yarilo_mime::binary(raw, &u.section.part) {
+                Ok(Some(d)) => Ok(d),
+                Ok(None) => return None,
+                Err(yarilo_mime::UnknownCte) => Err(()),
+            }
+        } else {
+            Ok(yarilo_mime::section(raw, &u.section)?)
+        };
+        match decoded {
+            Ok(d) => {
+                if let Some(s) = structure.as_mut() {
+                    describe_decoded(s, &d);
+                }
+                Some(UrlFetchData::Binary(Some(Bytes::from(
+                    crate::fetch::apply_partial(d, u.partial),
+                ))))
+            }
+            // RFC 5524 §3.2: the part is there but cannot be decoded.
+            Err(()) => Some(UrlFetchData::Binary(None)),
+        }
+    } else {
+        None
+    };
+    Some(UrlFetchValue::Extended {
+        body_part_structure: structure.map(Box::new),
+        data,
+    })
+}
+
+/// Makes a leaf's structure describe its decoded octets: the encoding
+/// becomes their domain (`7bit`, `8bit` or `binary`), the size and text
+/// line count theirs. Only base64 and quoted-printable change anything.
+fn describe_decoded(s: &mut BodyStructure, data: &[u8]) {
+    let BodyStructure::Single {
+        encoding,
+        size,
+        kind,
+        ..
+    } = s
+    else {
+        return;
+    };
+    let was_encoded = encoding.eq_ignore_ascii_case(b"base64")
+        || encoding.eq_ignore_ascii_case(b"quoted-printable");
+    if !was_encoded {
+        return;
+    }
+    *encoding = if data.contains(&0) {
+        b"binary".to_vec()
+    } else if data.is_ascii() {
+        b"7bit".to_vec()
+    } else {
+        b"8bit".to_vec()
+    };
+    *size = u32::try_from(data.len()).unwrap_or(u32::MAX);
+    if let SinglePartKind::Text { lines } = kind {
+        let n = data.iter().filter(|&&b| b == b'\n').count();
+        *lines = u32::try_from(n).unwrap_or(u32::MAX);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use yarilo_imap_proto::response::EncodeOptions;
+
+    const MIXED: &str = "Subject: x\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=B\r\n\r\n--B\r\nContent-Type: text/plain\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\ncaf=C3=A9\r\n--B\r\nContent-Type: application/octet-stream\r\nContent-Transfer-Encoding: base64\r\n\r\nAAEC\r\n--B\r\nContent-Type: application/x-y\r\nContent-Transfer-Encoding: x-rot13\r\n\r\nuryyb\r\n--B--\r\n";
+
+    fn ask(url: &str, bps: bool, binary: bool, body: bool) -> String {
+        let u = imap_url::parse(url).unwrap();
+        let it = UrlFetchItem {
+            url: "U".into(),
+            body_part_structure: bps,
+            binary,
+            body,
+            extended: true,
+        };
+        let v = extended(MIXED.as_bytes(), &u, &it);
+        let r = Response::Data(Data::UrlFetch(vec![("U".into(), v)]));
+        String::from_utf8_lossy(&r.to_bytes(EncodeOptions::default())).into_owned()
+    }
+
+    #[test]
+    fn extended_urlfetch_items() {
+        assert_eq!(
+            ask("/INBOX/;UID=1/;SECTION=1", true, true, false),
+            "* URLFETCH U (BODYPARTSTRUCTURE (\"text\" \"plain\" (\"charset\" \"us-ascii\") NIL NIL \"8bit\" 5 0 NIL NIL NIL NIL)) (BINARY {5}\r\ncafé)\r\n"
+        );
+        assert_eq!(
+            ask("/INBOX/;UID=1/;SECTION=2", false, true, false),
+            "* URLFETCH U (BINARY ~{3}\r\n\0\u{1}\u{2})\r\n"
+        );
+        assert_eq!(
+            ask("/INBOX/;UID=1/;SECTION=2/;PARTIAL=1.1", false, true, false),
+            "* URLFETCH U (BINARY \"\u{1}\")\r\n"
+        );
+        // Stored form and structure, untouched.
+        assert_eq!(
+            ask("/INBOX/;UID=1/;SECTION=2", true, false, true),
+            "* URLFETCH U (BODYPARTSTRUCTURE (\"application\" \"octet-stream\" NIL NIL NIL \"base64\" 4 NIL NIL NIL NIL)) (BODY \"AAEC\")\r\n"
+        );
+        // An encoding nobody can undo: the part is there, its data NIL.
+        assert_eq!(
+            ask("/INBOX/;UID=1/;SECTION=3", false, true, false),
+            "* URLFETCH U (BINARY NIL)\r\n"
+        );
+        // No items: the data as stored.
+        assert_eq!(
+            ask("/INBOX/;UID=1/;SECTION=3", false, false, false),
+            "* URLFETCH U (BODY \"uryyb\")\r\n"
+        );
+        // Only the structure.
+        assert_eq!(
+            ask("/INBOX/;UID=1/;SECTION=3", true, false, false),
+            "* URLFETCH U (BODYPARTSTRUCTURE (\"application\" \"x-y\" NIL NIL NIL \"x-rot13\" 5 NIL NIL NIL NIL))\r\n"
+        );
+        // No such part; a structure of a HEADER section.
+        assert_eq!(
+            ask("/INBOX/;UID=1/;SECTION=9", false, true, false),
+            "* URLFETCH U NIL\r\n"
+        );
+        assert_eq!(
+            ask("/INBOX/;UID=1/;SECTION=HEADER", true, false, true),
+            "* URLFETCH U NIL\r\n"
+        );
+    }
 
     #[test]
     fn rumps_and_dates() {

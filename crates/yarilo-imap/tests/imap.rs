@@ -486,7 +486,7 @@ async fn notify_reports_deliveries_to_other_mailboxes() {
         .await;
     assert_eq!(
         r,
-        vec!["n2 NO [BADEVENT (MessageNew MessageExpunge FlagChange MailboxName SubscriptionChange)] Unsupported event."]
+        vec!["n2 NO [BADEVENT (MessageNew MessageExpunge FlagChange MailboxName SubscriptionChange MailboxMetadataChange ServerMetadataChange)] Unsupported event."]
     );
     let r = a
         .cmd("n3 NOTIFY SET (selected (MessageNew MessageExpunge)) (personal (MessageNew MessageExpunge FlagChange MailboxName SubscriptionChange))")
@@ -594,4 +594,175 @@ async fn urlauth_generate_fetch_and_reset() {
     );
     let r = a.cmd(&format!("u7 URLFETCH \"{signed}\"")).await;
     assert_eq!(r[0], format!("* URLFETCH {signed} NIL"));
+}
+
+/// Signs `url` (ending in `;URLAUTH=...`) and returns the full URL.
+async fn genurlauth(a: &mut Raw, tag: &str, url: &str) -> String {
+    let r = a.cmd(&format!("{tag} GENURLAUTH \"{url}\" INTERNAL")).await;
+    assert!(r.last().unwrap().starts_with(&format!("{tag} OK")), "{r:?}");
+    r[0].trim_start_matches("* GENURLAUTH \"")
+        .trim_end_matches('"')
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn urlauth_binary_extended_urlfetch() {
+    let s = common::start().await;
+    let mut a = Raw::login(s.addr, USER).await;
+    let caps = a.cmd("c CAPABILITY").await;
+    assert!(caps[0].contains(" URLAUTH URLAUTH=BINARY"), "{caps:?}");
+    let msg = "Subject: bin\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=B\r\n\r\n--B\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: base64\r\n\r\naGVsbG8gd29ybGQ=\r\n--B\r\nContent-Type: application/octet-stream\r\nContent-Transfer-Encoding: base64\r\n\r\nAGJpbgA=\r\n--B\r\nContent-Type: application/x-odd\r\nContent-Transfer-Encoding: x-unknown\r\n\r\n??\r\n--B--\r\n";
+    let r = a
+        .cmd(&format!("a APPEND INBOX {{{}+}}\r\n{msg}", msg.len()))
+        .await;
+    assert!(r.last().unwrap().starts_with("a OK"), "{r:?}");
+    let base = format!("imap://{USER}@test.invalid/INBOX/;UID=1");
+    let text = genurlauth(&mut a, "g1", &format!("{base}/;SECTION=1;URLAUTH=authuser")).await;
+    let bin = genurlauth(&mut a, "g2", &format!("{base}/;SECTION=2;URLAUTH=authuser")).await;
+    let odd = genurlauth(&mut a, "g3", &format!("{base}/;SECTION=3;URLAUTH=authuser")).await;
+    let gone = genurlauth(&mut a, "g4", &format!("{base}/;SECTION=7;URLAUTH=authuser")).await;
+
+    // Decoded text, with the structure describing the decoded octets.
+    let r = a
+        .cmd(&format!(
+            "f1 URLFETCH (\"{text}\" BODYPARTSTRUCTURE BINARY)"
+        ))
+        .await;
+    assert_eq!(
+        r,
+        vec![
+            format!("* URLFETCH {text} (BODYPARTSTRUCTURE (\"text\" \"plain\" (\"charset\" \"utf-8\") NIL NIL \"7bit\" 11 0 NIL NIL NIL NIL)) (BINARY \"hello world\")"),
+            "f1 OK Urlfetch completed.".to_string(),
+        ]
+    );
+    // NUL octets force literal8; the simple form still works beside it.
+    let r = a
+        .cmd(&format!("f2 URLFETCH (\"{bin}\" BINARY) \"{text}\""))
+        .await;
+    assert_eq!(
+        r.join("\r\n"),
+        format!(
+            "* URLFETCH {bin} (BINARY ~{{5}}\r\n\0bin\0) {text} \"aGVsbG8gd29ybGQ=\"\r\nf2 OK Urlfetch completed."
+        )
+    );
+    // BODY: as stored, with the stored structure.
+    let r = a
+        .cmd(&format!("f3 URLFETCH (\"{bin}\" BODY BODYPARTSTRUCTURE)"))
+        .await;
+    assert_eq!(
+        r[0],
+        format!("* URLFETCH {bin} (BODYPARTSTRUCTURE (\"application\" \"octet-stream\" NIL NIL NIL \"base64\" 8 NIL NIL NIL NIL)) (BODY \"AGJpbgA=\")")
+    );
+    // RFC 5524 §3.2: a part that cannot be decoded is NIL data, the URL
+    // itself is fine; a URL naming nothing is NIL as in RFC 4467.
+    let r = a
+        .cmd(&format!(
+            "f4 URLFETCH (\"{odd}\" BINARY) (\"{gone}\" BINARY)"
+        ))
+        .await;
+    assert_eq!(
+        r,
+        vec![
+            format!("* URLFETCH {odd} (BINARY NIL) {gone} NIL"),
+            "f4 OK Urlfetch completed.".to_string(),
+        ]
+    );
+    // A forged token is NIL in the extended form too.
+    let forged = format!("{}0000", &bin[..bin.len() - 4]);
+    let r = a
+        .cmd(&format!(
+            "f5 URLFETCH (\"{forged}\" BINARY BODYPARTSTRUCTURE)"
+        ))
+        .await;
+    assert_eq!(r[0], format!("* URLFETCH {forged} NIL"));
+    // BODY and BINARY together is a syntax error, and nothing is sent.
+    let r = a.cmd(&format!("f6 URLFETCH (\"{bin}\" BODY BINARY)")).await;
+    assert_eq!(
+        r,
+        vec!["f6 BAD URL cannot have both BODY and BINARY fetch parameters."]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notify_metadata_changes_from_other_sessions_and_components() {
+    let s = common::start().await;
+    let mut a = Raw::login(s.addr, USER).await;
+    let mut b = Raw::login(s.addr, USER).await;
+    a.cmd("m0 CREATE Work").await;
+    a.cmd("m1 CREATE Other").await;
+    a.cmd("m2 SELECT INBOX").await;
+    let r = a
+        .cmd("m3 NOTIFY SET (selected (MessageNew MessageExpunge MailboxMetadataChange)) (mailboxes Work (MailboxMetadataChange ServerMetadataChange))")
+        .await;
+    assert_eq!(r, vec!["m3 OK NOTIFY completed."]);
+
+    // Another session: a watched mailbox, the server, an unwatched mailbox
+    // and the selected one. Only entry names travel (RFC 5464 §4.4.2).
+    for (i, cmd) in [
+        "SETMETADATA Work (/private/comment \"hello\" /shared/comment \"x\")",
+        "SETMETADATA \"\" (/shared/admin \"mailto:a@b\")",
+        "SETMETADATA Other (/private/comment \"quiet\")",
+        "SETMETADATA INBOX (/private/Comment \"in\")",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let r = b.cmd(&format!("b{i} {cmd}")).await;
+        assert_eq!(r, vec![format!("b{i} OK Setmetadata completed.")]);
+    }
+    let r = a.cmd("m4 NOOP").await;
+    assert_eq!(
+        r,
+        vec![
+            "* METADATA Work /private/comment /shared/comment",
+            "* METADATA \"\" /shared/admin",
+            "* METADATA INBOX /private/comment",
+            "m4 OK NOOP completed.",
+        ]
+    );
+
+    // A change made through the store by another component (as a Sieve or
+    // admin process would) arrives on the event bus, also while idling.
+    let info = yarilo_store::UserInfo {
+        user: USER.into(),
+        home: String::new(),
+    };
+    let store = s.store.user(&info).await.unwrap();
+    a.send("m5 IDLE").await;
+    assert!(a.line().await.starts_with('+'));
+    let started = std::time::Instant::now();
+    store
+        .set_metadata("Work", vec![("/private/comment".into(), None)])
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(a.line().await, "* METADATA Work /private/comment");
+    println!(
+        "METADATA notification during IDLE after {:?}",
+        started.elapsed()
+    );
+    a.send("DONE").await;
+    assert_eq!(a.line().await, "m5 OK Idle completed.");
+
+    // A refused SETMETADATA changes nothing and announces nothing; another
+    // user's change is not this user's news.
+    let r = b.cmd("b9 SETMETADATA Work (/other/x \"1\")").await;
+    assert!(r[0].starts_with("b9 BAD"), "{r:?}");
+    let mut bob = Raw::login(s.addr, "bob").await;
+    bob.cmd("o1 CREATE Work").await;
+    let r = bob
+        .cmd("o2 SETMETADATA Work (/private/comment \"bob's\")")
+        .await;
+    assert_eq!(r, vec!["o2 OK Setmetadata completed."]);
+    assert_eq!(a.cmd("m6 NOOP").await, vec!["m6 OK NOOP completed."]);
+
+    // Without the events, nothing is sent.
+    assert_eq!(
+        a.cmd("m7 NOTIFY SET (mailboxes Work (MessageNew MessageExpunge))")
+            .await,
+        vec!["m7 OK NOTIFY completed."]
+    );
+    b.cmd("b10 SETMETADATA Work (/private/comment \"again\")")
+        .await;
+    assert_eq!(a.cmd("m8 NOOP").await, vec!["m8 OK NOOP completed."]);
 }

@@ -46,7 +46,12 @@ async fn append(c: &mut Raw, tag: &str, flags: &str, date: &str, msg: &str) {
 }
 
 async fn loaded() -> (common::Server, Raw) {
-    let s = common::start().await;
+    loaded_with(500_000).await
+}
+
+/// The messages in INBOX, with `imap.sort_cache_messages` set.
+async fn loaded_with(sort_cache_messages: usize) -> (common::Server, Raw) {
+    let s = common::start_with(|c| c.imap.sort_cache_messages = sort_cache_messages).await;
     let mut c = Raw::login(s.addr, USER).await;
     for (i, (h, date, body)) in MESSAGES.iter().enumerate() {
         append(
@@ -93,7 +98,17 @@ async fn capabilities_are_advertised() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sort_by_every_key() {
-    let (_s, mut c) = loaded().await;
+    let (_s, c) = loaded().await;
+    check_sort_by_every_key(c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sort_by_every_key_without_the_header_cache() {
+    let (_s, c) = loaded_with(0).await;
+    check_sort_by_every_key(c).await;
+}
+
+async fn check_sort_by_every_key(mut c: Raw) {
     let cases = [
         ("ARRIVAL", "2 1 4 3 5"),
         // Sent date; message 4 has no Date: its INTERNALDATE counts.
@@ -142,7 +157,17 @@ async fn sort_by_every_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thread_algorithms() {
-    let (_s, mut c) = loaded().await;
+    let (_s, c) = loaded().await;
+    check_thread_algorithms(c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thread_algorithms_without_the_header_cache() {
+    let (_s, c) = loaded_with(0).await;
+    check_thread_algorithms(c).await;
+}
+
+async fn check_thread_algorithms(mut c: Raw) {
     // 1 and 4 share the missing parent <gone@t>: a dummy root holds
     // them; 3 replies to 2 (In-Reply-To), 5 to 3 (References).
     assert_eq!(
@@ -387,4 +412,108 @@ async fn context_updates_follow_other_sessions() {
     assert!(r.last().unwrap().starts_with("cl OK"), "{r:?}");
     let r = a.cmd("c3 CANCELUPDATE \"x\"").await;
     assert!(r[0].starts_with("c3 BAD"), "{r:?}");
+}
+
+/// The header facts cache (shared by sessions) follows expunges, new
+/// messages and a budget smaller than the mailbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_cache_follows_changes_and_budget() {
+    for budget in [500_000, 3] {
+        let (s, mut c) = loaded_with(budget).await;
+        let mut other = Raw::login(s.addr, USER).await;
+        other.cmd("o1 SELECT INBOX").await;
+        // Fill the cache from another session.
+        assert_eq!(
+            one(&mut other, "o2 SORT (DATE) UTF-8 ALL").await,
+            "* SORT 2 5 1 4 3"
+        );
+        assert_eq!(
+            one(&mut c, "a1 UID SORT (DATE) UTF-8 ALL").await,
+            "* SORT 2 5 1 4 3"
+        );
+        // Expunge UID 5, append a new oldest message (UID 6).
+        other.cmd("o3 UID STORE 5 +FLAGS.SILENT (\\Deleted)").await;
+        other.cmd("o4 EXPUNGE").await;
+        append(
+            &mut other,
+            "o5",
+            "",
+            "01-Jan-2020 00:00:00 +0000",
+            "Subject: Re: foo\r\nDate: Wed, 01 Jan 2020 00:00:00 +0000\r\nMessage-ID: <m6@t>\r\nIn-Reply-To: <m3@t>\r\n\r\nsix\r\n",
+        )
+        .await;
+        // The session sorts what it was told about; NOOP brings it up.
+        let r = c.cmd("a2 NOOP").await;
+        assert!(r.contains(&"* 5 EXISTS".to_string()), "{r:?}");
+        assert_eq!(
+            one(&mut c, "a2 UID SORT (DATE) UTF-8 ALL").await,
+            "* SORT 6 2 1 4 3",
+            "budget {budget}"
+        );
+        assert_eq!(
+            one(&mut c, "a3 UID THREAD REFERENCES UTF-8 ALL").await,
+            "* THREAD (2 3 6)((1)(4))",
+            "budget {budget}"
+        );
+        assert_eq!(
+            one(&mut c, "a4 UID SORT (SUBJECT) UTF-8 ALL").await,
+            "* SORT 2 3 6 1 4",
+            "budget {budget}"
+        );
+    }
+}
+
+/// More messages than one read batch (512): the facts of several batches
+/// are parsed concurrently and must all land, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_cache_fills_over_several_batches() {
+    const N: u32 = 1300;
+    for budget in [500_000, 700] {
+        let s = common::start_with(|c| c.imap.sort_cache_messages = budget).await;
+        let info = yarilo_store::UserInfo {
+            user: USER.into(),
+            home: String::new(),
+        };
+        let inbox = s
+            .store
+            .user(&info)
+            .await
+            .unwrap()
+            .open("INBOX")
+            .await
+            .unwrap();
+        // Sent dates run backwards against arrival; every 7th has none.
+        let msgs = (1..=N)
+            .map(|i| {
+                let date = if i % 7 == 0 {
+                    String::new()
+                } else {
+                    let minutes = N - i;
+                    format!(
+                        "Date: Sat, 01 Jan 2022 {:02}:{:02}:00 +0000\r\n",
+                        minutes / 60,
+                        minutes % 60
+                    )
+                };
+                (
+                    format!("Subject: m{i}\r\n{date}Message-ID: <{i}@t>\r\n\r\nx\r\n").into_bytes(),
+                    Default::default(),
+                )
+            })
+            .collect();
+        inbox.deliver(msgs).await.unwrap();
+        let mut c = Raw::login(s.addr, USER).await;
+        c.cmd("s SELECT INBOX").await;
+        // No Date: INTERNALDATE (delivery time, after every Date: here).
+        let mut want: Vec<u32> = (1..=N).rev().filter(|i| i % 7 != 0).collect();
+        want.extend((1..=N).filter(|i| i % 7 == 0));
+        let want: Vec<String> = want.iter().map(u32::to_string).collect();
+        for tag in ["a1", "a2"] {
+            assert_eq!(
+                one(&mut c, &format!("{tag} UID SORT (DATE) UTF-8 ALL")).await,
+                format!("* SORT {}", want.join(" ")),
+                "budget {budget}"
+            );
+        }
+    }
 }

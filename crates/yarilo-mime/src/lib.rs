@@ -62,6 +62,15 @@ pub fn section(raw: &[u8], section: &Section) -> Option<Vec<u8>> {
     section::section(raw, section)
 }
 
+/// The BODYSTRUCTURE of one body part (RFC 5524 BODYPARTSTRUCTURE): the
+/// whole message's for an empty path, else the part's as FETCH
+/// BODYSTRUCTURE would nest it. None if the part does not exist.
+pub fn part_structure(raw: &[u8], part: &[u32]) -> Option<BodyStructure> {
+    let root = part::Part::parse(raw);
+    let p = section::resolve(&root, part)?;
+    Some(structure::of(raw, p))
+}
+
 /// BINARY[part]: the decoded content (base64, quoted-printable,
 /// 7bit/8bit/binary pass-through). Err(UnknownCte) for an unknown
 /// Content-Transfer-Encoding (session answers [UNKNOWN-CTE]).

@@ -573,3 +573,24 @@ fn sort_helpers_decode_and_pick_the_first_address() {
     assert!(crate::first_address(h, "To").is_none());
     assert!(crate::header_text(h, "Cc").is_none());
 }
+
+#[test]
+fn part_structure_is_the_nested_bodystructure_of_one_part() {
+    let m = crlf(ATTACHMENT);
+    let one = |part: &[u32]| {
+        part_structure(&m, part).map(|b| {
+            let mut out = Vec::new();
+            Writer::new(&mut out, EncodeOptions::default()).body_structure(&b, true);
+            String::from_utf8_lossy(&out).into_owned()
+        })
+    };
+    assert_eq!(
+        one(&[2]).as_deref(),
+        Some(
+            r#"("application" "pdf" ("name" "report.pdf") NIL NIL "base64" 18 NIL ("attachment" ("filename" "report.pdf")) NIL NIL)"#
+        )
+    );
+    assert_eq!(one(&[]), Some(bodystructure(&m)));
+    assert_eq!(one(&[4]), None);
+    assert_eq!(one(&[2, 1]), None);
+}

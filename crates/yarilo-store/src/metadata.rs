@@ -3,9 +3,15 @@
 //! (`<mailbox hex> <entry> <value hex>`), rewritten durably under the
 //! user's `idx:` lock. Entry names are kept lower-case (they compare
 //! case-insensitively). The limits keep one user's file small.
+//!
+//! Every successful change is published on the event bus (resource
+//! `meta:<user>:<mailbox>`, kind [`EVENT_KIND`], payload the entry names)
+//! so that NOTIFY sessions in any process hear of it (RFC 5465 §5.8-5.9).
 
 use std::collections::BTreeMap;
 use std::path::Path;
+
+use yarilo_locks::Event;
 
 use crate::durable::write_atomic;
 use crate::error::StoreError;
@@ -87,6 +93,40 @@ pub(crate) fn save(root: &Path, entries: &Entries) -> Result<(), StoreError> {
         .map_err(|e| StoreError::io(format!("write {}", path.display()), e))
 }
 
+/// The kind of the event published after entries of a user changed.
+pub const EVENT_KIND: &str = "metadata";
+
+/// The event announcing that `entries` (normalised names) of `mailbox`
+/// (`""`: the server) changed. Names hold no spaces, so the payload is
+/// them joined by one.
+pub fn event(user: &str, mailbox: &str, entries: &[String]) -> Event {
+    Event {
+        resource: format!("meta:{user}:{mailbox}"),
+        kind: EVENT_KIND.to_string(),
+        payload: entries.join(" "),
+    }
+}
+
+/// Reads a metadata event of `user`: (mailbox, entry names), or `None`
+/// for any other event.
+pub fn parse_event<'e>(e: &'e Event, user: &str) -> Option<(&'e str, Vec<String>)> {
+    if e.kind != EVENT_KIND {
+        return None;
+    }
+    let mailbox = e
+        .resource
+        .strip_prefix("meta:")?
+        .strip_prefix(user)?
+        .strip_prefix(':')?;
+    let names = e
+        .payload
+        .split(' ')
+        .filter(|n| !n.is_empty())
+        .map(str::to_string)
+        .collect();
+    Some((mailbox, names))
+}
+
 /// Applies a SETMETADATA to `entries` (all or nothing).
 pub(crate) fn apply(
     entries: &mut Entries,
@@ -117,6 +157,26 @@ pub(crate) fn apply(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn events_round_trip_per_user() {
+        let e = event("ann", "Work/Q1", &["/private/a".into(), "/shared/b".into()]);
+        assert_eq!(e.resource, "meta:ann:Work/Q1");
+        assert_eq!(
+            parse_event(&e, "ann"),
+            Some(("Work/Q1", vec!["/private/a".into(), "/shared/b".into()]))
+        );
+        assert_eq!(parse_event(&e, "an"), None);
+        assert_eq!(
+            parse_event(&event("ann", "", &[]), "ann"),
+            Some(("", vec![]))
+        );
+        let other = Event {
+            kind: "append".into(),
+            ..e
+        };
+        assert_eq!(parse_event(&other, "ann"), None);
+    }
 
     #[test]
     fn names_and_limits() {

@@ -627,16 +627,28 @@ impl UserStore {
     ) -> Result<Result<(), crate::metadata::MetadataError>, StoreError> {
         let _g = self.idx_lock().await?;
         let root = self.loc.root.clone();
-        let mailbox = mailbox.to_string();
-        blocking(move || {
+        let name = mailbox.to_string();
+        let names: Vec<String> = changes
+            .iter()
+            .filter_map(|(n, _)| crate::metadata::entry_name(n).ok())
+            .collect();
+        let r = blocking(move || {
             let mut entries = crate::metadata::load(&root);
-            if let Err(e) = crate::metadata::apply(&mut entries, &mailbox, &changes) {
+            if let Err(e) = crate::metadata::apply(&mut entries, &name, &changes) {
                 return Ok(Err(e));
             }
             crate::metadata::save(&root, &entries)?;
             Ok(Ok(()))
         })
-        .await
+        .await?;
+        if r.is_ok() {
+            // After the durable write: a listener that reads the entry
+            // sees the new value.
+            self.inner
+                .events
+                .publish(crate::metadata::event(&self.user, mailbox, &names));
+        }
+        Ok(r)
     }
 
     /// The URLAUTH access key of a mailbox; created (32 random bytes) when

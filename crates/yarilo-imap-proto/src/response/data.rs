@@ -2,7 +2,8 @@
 //! ENABLED (RFC 5161), ESEARCH (RFC 4731, RFC 5267, RFC 9394), VANISHED
 //! (RFC 7162), LIST extended data (RFC 5258), NAMESPACE (RFC 2342), ID
 //! (RFC 2971), SORT/THREAD (RFC 5256), QUOTA (RFC 9208), METADATA
-//! (RFC 5464), GENURLAUTH/URLFETCH (RFC 4467).
+//! (RFC 5464), GENURLAUTH/URLFETCH (RFC 4467) and extended URLFETCH
+//! (RFC 5524).
 
 use bytes::Bytes;
 
@@ -259,7 +260,33 @@ pub enum Data {
     /// `GENURLAUTH url...`
     GenUrlAuth(Vec<String>),
     /// `URLFETCH url data ...`
-    UrlFetch(Vec<(String, Option<Bytes>)>),
+    UrlFetch(Vec<(String, UrlFetchValue)>),
+}
+
+/// What a URLFETCH response carries for one URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UrlFetchValue {
+    /// RFC 4467 form: the data as a string, or NIL (also the RFC 5524
+    /// answer for a URL that names nothing).
+    Simple(Option<Bytes>),
+    /// RFC 5524 §3.2: one parenthesised element per item asked for, in the
+    /// order BODYPARTSTRUCTURE, then BODY or BINARY.
+    Extended {
+        /// `(BODYPARTSTRUCTURE body)`, when asked for.
+        body_part_structure: Option<Box<BodyStructure>>,
+        /// `(BODY nstring)` or `(BINARY nstring / literal8)`, when asked for.
+        data: Option<UrlFetchData>,
+    },
+}
+
+/// The data element of an extended URLFETCH response (RFC 5524 §3.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UrlFetchData {
+    /// `BODY`: as stored, transfer encoding untouched.
+    Body(Bytes),
+    /// `BINARY`: transfer encoding removed; `None` when it could not be
+    /// (written `NIL`).
+    Binary(Option<Bytes>),
 }
 
 fn flags(w: &mut Writer<'_>, f: &[Flag]) {
@@ -739,11 +766,38 @@ impl Data {
             }
             Data::UrlFetch(items) => {
                 w.text("URLFETCH");
-                for (u, d) in items {
+                for (u, v) in items {
                     w.sp();
                     w.astring(u.as_bytes());
-                    w.sp();
-                    w.nstring(d.as_deref());
+                    match v {
+                        UrlFetchValue::Simple(d) => {
+                            w.sp();
+                            w.nstring(d.as_deref());
+                        }
+                        UrlFetchValue::Extended {
+                            body_part_structure,
+                            data,
+                        } => {
+                            if let Some(b) = body_part_structure {
+                                w.text(" (BODYPARTSTRUCTURE ");
+                                w.body_structure(b, true);
+                                w.raw(b")");
+                            }
+                            match data {
+                                Some(UrlFetchData::Body(d)) => {
+                                    w.text(" (BODY ");
+                                    w.string(d);
+                                    w.raw(b")");
+                                }
+                                Some(UrlFetchData::Binary(d)) => {
+                                    w.text(" (BINARY ");
+                                    w.binary_nstring(d.as_deref());
+                                    w.raw(b")");
+                                }
+                                None => {}
+                            }
+                        }
+                    }
                 }
             }
         }

@@ -11,7 +11,7 @@ pub use body::{Address, BodyExt, BodyStructure, Disposition, Envelope, NString, 
 pub use code::Code;
 pub use data::{
     Data, ESearch, ESearchItem, FetchItem, ListExtended, ListItem, MetadataEntries, NamespaceDesc,
-    StatusValue, ThreadNode,
+    StatusValue, ThreadNode, UrlFetchData, UrlFetchValue,
 };
 pub use writer::{EncodeOptions, Writer};
 
