@@ -22,6 +22,24 @@ async fn imaplib_full_workflow() {
     println!("{out}");
 }
 
+/// A third-party suite: IMAPClient's live tests (52, with and without
+/// UIDs); only skips for capabilities not claimed are allowed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn imapclient_live_test_suite_passes() {
+    let s = common::start().await;
+    let out = common::python(
+        "imapclient_livetest.py",
+        &[
+            s.addr.port().to_string(),
+            USER.to_string(),
+            common::PASS.to_string(),
+        ],
+    )
+    .await;
+    assert!(out.contains("0 failures"), "{out}");
+    println!("{out}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn select_and_updates_are_exact() {
     let s = common::start().await;
