@@ -334,10 +334,12 @@ async fn context_updates_follow_other_sessions() {
     let r = b.cmd("b3 STORE 1 +FLAGS.SILENT (\\Seen)").await;
     assert!(r.last().unwrap().starts_with("b3 OK"), "{r:?}");
     let r = a.cmd("n2 NOOP").await;
+    // Message 1 was appended before anyone selected INBOX: it is \Recent
+    // in `a`, the first session to select it.
     assert_eq!(
         r,
         vec![
-            "* 1 FETCH (FLAGS (\\Seen))",
+            "* 1 FETCH (FLAGS (\\Seen \\Recent))",
             "* ESEARCH (TAG \"u1\") UID REMOVEFROM (0 1)",
             "* ESEARCH (TAG \"s1\") UID REMOVEFROM (1 1)",
             "n2 OK NOOP completed."
@@ -375,7 +377,7 @@ async fn context_updates_follow_other_sessions() {
     assert_eq!(
         r,
         vec![
-            "* 2 FETCH (FLAGS (\\Seen))",
+            "* 2 FETCH (FLAGS (\\Seen \\Recent))",
             "* ESEARCH (TAG \"u1\") UID REMOVEFROM (0 2)",
             "* ESEARCH (TAG \"s1\") UID REMOVEFROM (2 2)",
             "* ESEARCH (TAG \"m1\") REMOVEFROM (0 2)",
@@ -403,7 +405,7 @@ async fn context_updates_follow_other_sessions() {
     let r = a.cmd("n5 NOOP").await;
     assert_eq!(
         r,
-        vec!["* 2 FETCH (FLAGS (\\Seen))", "n5 OK NOOP completed."]
+        vec!["* 2 FETCH (FLAGS (\\Seen \\Recent))", "n5 OK NOOP completed."]
     );
     let r = a.cmd("c2 CANCELUPDATE \"u1\"").await;
     assert!(r[0].starts_with("c2 BAD"), "{r:?}");
