@@ -405,7 +405,10 @@ async fn context_updates_follow_other_sessions() {
     let r = a.cmd("n5 NOOP").await;
     assert_eq!(
         r,
-        vec!["* 2 FETCH (FLAGS (\\Seen \\Recent))", "n5 OK NOOP completed."]
+        vec![
+            "* 2 FETCH (FLAGS (\\Seen \\Recent))",
+            "n5 OK NOOP completed."
+        ]
     );
     let r = a.cmd("c2 CANCELUPDATE \"u1\"").await;
     assert!(r[0].starts_with("c2 BAD"), "{r:?}");
