@@ -173,7 +173,10 @@ fn a_hung_member_is_evicted_and_comes_back_when_it_resumes() {
         // Silence, then probes that time out (no RST from a hung process).
         let took = sim.converge(silence + 10_000).unwrap();
         if seed == 0 {
-            println!("SIGSTOP of one of 5: evicted after {took} ms (virtual; ping_interval + ping_timeout = {silence} ms)");
+            println!(
+                "SIGSTOP of one of 5: evicted after {took} ms (virtual): a seed poll gets no \
+                 greeting, the probes time out (silence alone: {silence} ms)"
+            );
         }
         assert!(!sim
             .node(pods[(victim + 1) % 5])
