@@ -939,7 +939,7 @@ impl RingCore {
         match mode {
             JoinMode::Poll => {
                 let mut msgs = { lock(&self.node).member_msgs(shared.now()) };
-                msgs.push(RingMsg::SyncDone);
+                msgs.push(RingMsg::SyncDone { digest: None });
                 for m in &msgs {
                     if write(&mut framed, &m.to_fields(), false, limit)
                         .await
@@ -1140,7 +1140,7 @@ impl RingCore {
             for _ in 0..POLL_MAX_LINES {
                 match framed.next().await {
                     Some(Ok(Ok(fields))) => match RingMsg::parse(&fields) {
-                        Ok(RingMsg::SyncDone) | Ok(RingMsg::Quit { .. }) => return,
+                        Ok(RingMsg::SyncDone { .. }) | Ok(RingMsg::Quit { .. }) => return,
                         Ok(m @ (RingMsg::Add { .. } | RingMsg::Remove { .. })) => lines.push(m),
                         _ => {}
                     },

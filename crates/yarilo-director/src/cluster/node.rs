@@ -187,6 +187,11 @@ struct Link {
     next_ping: Tick,
     /// The peer's snapshot is in (`SYNC-DONE`).
     synced: bool,
+    /// The digest its snapshot ended with.
+    digest: Option<u64>,
+    /// We caught up before its snapshot was in: once it is, send ours
+    /// unless the digests agree.
+    owed: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -331,7 +336,9 @@ impl RingNode {
                 .map(|s| RingMsg::Event(RingEvent::SessionOpen(s))),
         );
         out.extend(d.session_tombs().into_iter().map(RingMsg::Event));
-        out.push(RingMsg::SyncDone);
+        out.push(RingMsg::SyncDone {
+            digest: Some(d.digest(now)),
+        });
         out
     }
 
@@ -525,6 +532,8 @@ impl RingNode {
                 last_heard: now,
                 next_ping: now + self.cfg.ping_interval,
                 synced: false,
+                digest: None,
+                owed: false,
             },
         );
         self.not_before.remove(&peer);
@@ -584,27 +593,31 @@ impl RingNode {
                 msgs: vec![RingMsg::Pong],
             }),
             RingMsg::Pong => {}
-            RingMsg::SyncDone => {
+            RingMsg::SyncDone { digest } => {
                 l.synced = true;
+                l.digest = digest;
+                let owed = std::mem::take(&mut l.owed);
                 if !self.caught_up {
                     // What this director took in without passing it on
-                    // goes to its other connections in one snapshot.
+                    // goes to its other connections in one snapshot — to
+                    // each whose own snapshot showed a different state
+                    // (now, or when that snapshot is complete).
                     self.caught_up = true;
-                    let others: Vec<LinkId> = self
-                        .links
-                        .keys()
-                        .copied()
-                        .filter(|id| *id != link)
-                        .collect();
-                    if !others.is_empty() {
-                        let snapshot = self.snapshot(now, d);
-                        for id in others {
-                            out.push(Output::Send {
-                                link: id,
-                                msgs: snapshot.clone(),
-                            });
+                    let mine = d.digest(now);
+                    let mut send = Vec::new();
+                    for (id, other) in self.links.iter_mut() {
+                        if *id == link {
+                            continue;
+                        }
+                        if !other.synced {
+                            other.owed = true;
+                        } else if other.digest != Some(mine) {
+                            send.push(*id);
                         }
                     }
+                    self.send_snapshot(now, d, &send, out);
+                } else if owed && digest != Some(d.digest(now)) {
+                    self.send_snapshot(now, d, &[link], out);
                 }
             }
             RingMsg::Quit { .. } => {
@@ -628,6 +641,19 @@ impl RingNode {
     }
 
     // ---- broadcast -------------------------------------------------------------
+
+    fn send_snapshot(&self, now: Tick, d: &Director, links: &[LinkId], out: &mut Vec<Output>) {
+        if links.is_empty() {
+            return;
+        }
+        let snapshot = self.snapshot(now, d);
+        for id in links {
+            out.push(Output::Send {
+                link: *id,
+                msgs: snapshot.clone(),
+            });
+        }
+    }
 
     fn send_all(&self, msgs: &[RingMsg], except: Option<LinkId>, out: &mut Vec<Output>) {
         if msgs.is_empty() {

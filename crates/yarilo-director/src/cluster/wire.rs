@@ -98,7 +98,11 @@ pub enum RingMsg {
     /// A snapshot entry of the user directory (`USER`; the live event is
     /// `USER-ASSIGN`, [`RingEvent::Assign`]).
     User(UserRecord),
-    SyncDone,
+    /// End of a snapshot; `digest`: of the routing state it carried
+    /// (a ring snapshot; none after a poll's member list).
+    SyncDone {
+        digest: Option<u64>,
+    },
     Ping,
     Pong,
     Quit {
@@ -346,7 +350,12 @@ impl RingMsg {
                 }),
                 _ => return Err(wrong("<user> <backend> <origin> <seq>")),
             },
-            "SYNC-DONE" => RingMsg::SyncDone,
+            "SYNC-DONE" => RingMsg::SyncDone {
+                digest: match a.first() {
+                    Some(d) if !d.is_empty() => Some(field(cmd, "digest", d)?),
+                    _ => None,
+                },
+            },
             "PING" => RingMsg::Ping,
             "PONG" => RingMsg::Pong,
             "QUIT" => RingMsg::Quit {
@@ -454,7 +463,8 @@ impl RingMsg {
                     s(seq),
                 ],
             },
-            RingMsg::SyncDone => vec!["SYNC-DONE".into()],
+            RingMsg::SyncDone { digest: None } => vec!["SYNC-DONE".into()],
+            RingMsg::SyncDone { digest: Some(d) } => vec!["SYNC-DONE".into(), s(d)],
             RingMsg::Ping => vec!["PING".into()],
             RingMsg::Pong => vec!["PONG".into()],
             RingMsg::Quit { reason } => vec!["QUIT".into(), reason.clone()],
@@ -664,7 +674,10 @@ mod tests {
             RingMsg::Event(RingEvent::Flush { ip, seq: Some(2) }),
             RingMsg::Event(RingEvent::Remove { ip, seq: 3 }),
             RingMsg::Event(RingEvent::Vhosts { ip, vhosts: 0 }),
-            RingMsg::SyncDone,
+            RingMsg::SyncDone { digest: None },
+            RingMsg::SyncDone {
+                digest: Some(u64::MAX),
+            },
             RingMsg::Ping,
             RingMsg::Pong,
             RingMsg::Quit {

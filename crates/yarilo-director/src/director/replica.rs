@@ -365,6 +365,29 @@ impl Director {
             .collect()
     }
 
+    /// A digest of the routing state a snapshot carries (backends, live
+    /// assignments, tracked sessions): equal digests mean two directors
+    /// hold the same state, so a snapshot from one would change nothing at
+    /// the other. Order-free (a sum of mixed entries).
+    pub fn digest(&self, now: Tick) -> u64 {
+        let mut sum = 0u64;
+        for b in self.backends.iter().map(|(_, b)| b.ip) {
+            sum = sum.wrapping_add(mix(1, ip_bits(b)));
+        }
+        for u in self.user_records(now) {
+            let v = u64::from(u.hash) ^ ip_bits(u.backend).rotate_left(32);
+            sum = sum.wrapping_add(mix(mix(2, v), u.stamp.seq ^ u.stamp.by.0.rotate_left(17)));
+        }
+        for (id, sess) in self.sessions.iter() {
+            let id_bits = id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, c| {
+                (h ^ u64::from(c)).wrapping_mul(0x100_0000_01b3)
+            });
+            let backend = self.backends.get(sess.backend).map_or(0, |b| ip_bits(b.ip));
+            sum = sum.wrapping_add(mix(mix(3, id_bits), backend ^ sess.seq));
+        }
+        sum
+    }
+
     /// Every tracked session, for the snapshot sent on a ring (re)connect.
     pub fn session_records(&self) -> Vec<SessionRecord> {
         self.sessions
@@ -553,6 +576,24 @@ impl Director {
     /// The id stamped on this director's assignments.
     pub fn director_id(&self) -> DirectorId {
         self.me
+    }
+}
+
+/// SplitMix64's finaliser over a tagged value.
+fn mix(tag: u64, v: u64) -> u64 {
+    let mut z = v.wrapping_add(tag.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn ip_bits(ip: IpAddr) -> u64 {
+    match ip {
+        IpAddr::V4(v4) => u64::from(u32::from(v4)),
+        IpAddr::V6(v6) => {
+            let b = u128::from(v6);
+            (b as u64) ^ ((b >> 64) as u64)
+        }
     }
 }
 
