@@ -218,6 +218,16 @@ impl Shared {
     /// The state machine (for the admin API and tests). Changes made
     /// through the guard reach the ring when it drops.
     pub fn director(&self) -> DirectorGuard<'_> {
+        self.lock_director(self.ring.get())
+    }
+
+    /// The state machine without the hand-off to the ring on drop (the
+    /// ring's own driver, which forwards what it applies itself).
+    pub(crate) fn director_unreplicated(&self) -> DirectorGuard<'_> {
+        self.lock_director(None)
+    }
+
+    fn lock_director<'a>(&'a self, ring: Option<&'a Arc<RingCore>>) -> DirectorGuard<'a> {
         // A panic while holding the lock would be a bug; the state is still
         // consistent per-operation, so keep serving.
         let guard = self
@@ -226,21 +236,7 @@ impl Shared {
             .unwrap_or_else(|poison| poison.into_inner());
         DirectorGuard {
             guard,
-            ring: self.ring.get(),
-            shared: self,
-        }
-    }
-
-    /// The state machine without the hand-off to the ring on drop (the
-    /// ring's own driver, which forwards what it applies itself).
-    pub(crate) fn director_unreplicated(&self) -> DirectorGuard<'_> {
-        let guard = self
-            .director
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
-        DirectorGuard {
-            guard,
-            ring: None,
+            ring,
             shared: self,
         }
     }

@@ -116,6 +116,13 @@ impl Membership {
             .collect()
     }
 
+    /// The time a member's tombstone has left (None: none, or kept).
+    pub fn tomb_ttl(&self, addr: SocketAddr, now: Tick) -> Option<Tick> {
+        self.tombs
+            .get(&addr)
+            .and_then(|t| t.expires.map(|e| e.saturating_sub(now)))
+    }
+
     /// `DIRECTOR-ADD addr inc`.
     pub fn add(&mut self, addr: SocketAddr, inc: u64) -> Change {
         if addr == self.me {

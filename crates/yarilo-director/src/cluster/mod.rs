@@ -381,11 +381,19 @@ async fn write<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    put(framed, fields, flush, limit).await
+}
+
+/// One line into a sink (flushed or only buffered), bounded by `limit`.
+async fn put<W, I>(sink: &mut W, item: I, flush: bool, limit: Option<Duration>) -> Result<(), ()>
+where
+    W: Sink<I> + Unpin,
+{
     let op = async {
         if flush {
-            framed.send(fields).await
+            sink.send(item).await
         } else {
-            framed.feed(fields).await
+            sink.feed(item).await
         }
     };
     match limit {
@@ -458,24 +466,6 @@ async fn write_loop<W>(
 where
     W: Sink<Vec<String>> + Unpin,
 {
-    async fn put<W: Sink<Vec<String>> + Unpin>(
-        sink: &mut W,
-        line: Vec<String>,
-        flush: bool,
-        limit: Option<Duration>,
-    ) -> bool {
-        let op = async {
-            if flush {
-                sink.send(line).await.is_ok()
-            } else {
-                sink.feed(line).await.is_ok()
-            }
-        };
-        match limit {
-            Some(l) => matches!(tokio::time::timeout(l, op).await, Ok(true)),
-            None => op.await,
-        }
-    }
     let quit = |reason: &str| {
         RingMsg::Quit {
             reason: reason.into(),
@@ -489,18 +479,18 @@ where
                 let n = msgs.len();
                 for (i, m) in msgs.iter().enumerate() {
                     let flush = i + 1 == n && rx.is_empty();
-                    if !put(sink, m.to_fields(), flush, limit).await {
+                    if put(sink, m.to_fields(), flush, limit).await.is_err() {
                         return End::Lost;
                     }
                 }
             }
             Some(LinkCmd::Close(reason)) => {
-                put(sink, quit(reason), true, one_second).await;
+                let _ = put(sink, quit(reason), true, one_second).await;
                 return End::Ours;
             }
             Some(LinkCmd::Drop) => return End::Ours,
             None => {
-                put(sink, quit("resync"), true, one_second).await;
+                let _ = put(sink, quit("resync"), true, one_second).await;
                 return End::Ours;
             }
         }
@@ -597,7 +587,7 @@ impl RingCore {
         let mut node = lock(&self.node);
         node.handle(now, input, d, &mut out);
         self.stats.members.set(node.membership().len() as i64);
-        self.stats.links.set(node.links().len() as i64);
+        self.stats.links.set(node.link_count() as i64);
         self.carry_out(shared, out);
     }
 
@@ -764,7 +754,13 @@ impl RingCore {
             let quit = RingMsg::Quit {
                 reason: "shutting down".into(),
             };
-            let _ = tokio::time::timeout(Duration::from_secs(1), sink.send(quit.to_fields())).await;
+            let _ = put(
+                &mut sink,
+                quit.to_fields(),
+                true,
+                Some(Duration::from_secs(1)),
+            )
+            .await;
         }
         self.step(shared, Input::LinkDown { link: id, end });
     }

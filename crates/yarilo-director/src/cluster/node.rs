@@ -288,6 +288,12 @@ impl RingNode {
             .collect()
     }
 
+    /// How many connections are live (cheap: the driver's gauge reads it
+    /// after every line).
+    pub fn link_count(&self) -> usize {
+        self.links.len()
+    }
+
     /// When the node next needs a Tick (the earliest of its timers).
     pub fn next_deadline(&self) -> Option<Tick> {
         let silence = self.cfg.ping_interval + self.cfg.ping_timeout;
@@ -329,7 +335,9 @@ impl RingNode {
                 .map(|b| RingMsg::Event(RingEvent::Backend(b))),
         );
         out.extend(d.backend_tomb_events().into_iter().map(RingMsg::Event));
-        out.extend(d.user_records(now).into_iter().map(RingMsg::User));
+        let users = d.user_records(now);
+        let digest = d.digest_with(&users);
+        out.extend(users.into_iter().map(RingMsg::User));
         out.extend(
             d.session_records()
                 .into_iter()
@@ -337,7 +345,7 @@ impl RingNode {
         );
         out.extend(d.session_tombs().into_iter().map(RingMsg::Event));
         out.push(RingMsg::SyncDone {
-            digest: Some(d.digest(now)),
+            digest: Some(digest),
         });
         out
     }
@@ -824,12 +832,7 @@ impl RingNode {
         let Some(inc) = self.membership.declare_dead(peer, now) else {
             return;
         };
-        let ttl_ms = self
-            .membership
-            .tomb_list(now)
-            .into_iter()
-            .find(|(a, _, _)| *a == peer)
-            .and_then(|t| t.2);
+        let ttl_ms = self.membership.tomb_ttl(peer, now);
         self.deaths_declared += 1;
         out.push(Output::DeclaredDead(peer));
         // Over the current connections, before the neighbours change.
@@ -852,12 +855,7 @@ impl RingNode {
             return;
         }
         let inc = self.membership.leave(now);
-        let ttl_ms = self
-            .membership
-            .tomb_list(now)
-            .into_iter()
-            .find(|(a, _, _)| *a == self.cfg.me)
-            .and_then(|t| t.2);
+        let ttl_ms = self.membership.tomb_ttl(self.cfg.me, now);
         self.leaving = true;
         self.send_all(
             &[RingMsg::Remove {

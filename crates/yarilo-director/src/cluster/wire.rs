@@ -698,57 +698,14 @@ mod tests {
         assert!(!check_acceptor_proof(b"s", "dX", "an", a, d, &p));
         assert!(!check_acceptor_proof(b"s", "dn", "an", d, a, &p));
         let q = dialer_proof(b"s", "an", "dn", d, a, 5, JoinMode::Ring);
-        assert!(check_dialer_proof(
-            b"s",
-            "an",
-            "dn",
-            d,
-            a,
-            5,
-            JoinMode::Ring,
-            &q
-        ));
-        assert!(!check_dialer_proof(
-            b"s",
-            "an",
-            "dn",
-            d,
-            a,
-            6,
-            JoinMode::Ring,
-            &q
-        ));
-        assert!(!check_dialer_proof(
-            b"s",
-            "an",
-            "dn",
-            d,
-            a,
-            5,
-            JoinMode::Poll,
-            &q
-        ));
+        let dialer =
+            |inc, mode, proof: &str| check_dialer_proof(b"s", "an", "dn", d, a, inc, mode, proof);
+        assert!(dialer(5, JoinMode::Ring, &q));
+        assert!(!dialer(6, JoinMode::Ring, &q));
+        assert!(!dialer(5, JoinMode::Poll, &q));
         // The acceptor's proof is not a dialer's proof (no reflection).
-        assert!(!check_dialer_proof(
-            b"s",
-            "an",
-            "dn",
-            d,
-            a,
-            5,
-            JoinMode::Ring,
-            &p
-        ));
-        assert!(!check_dialer_proof(
-            b"s",
-            "an",
-            "dn",
-            d,
-            a,
-            5,
-            JoinMode::Ring,
-            "zz"
-        ));
+        assert!(!dialer(5, JoinMode::Ring, &p));
+        assert!(!dialer(5, JoinMode::Ring, "zz"));
     }
 
     proptest::proptest! {

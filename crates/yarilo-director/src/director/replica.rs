@@ -370,11 +370,17 @@ impl Director {
     /// hold the same state, so a snapshot from one would change nothing at
     /// the other. Order-free (a sum of mixed entries).
     pub fn digest(&self, now: Tick) -> u64 {
+        self.digest_with(&self.user_records(now))
+    }
+
+    /// [`Director::digest`] over assignments already collected (the
+    /// snapshot has them in hand).
+    pub fn digest_with(&self, users: &[UserRecord]) -> u64 {
         let mut sum = 0u64;
         for b in self.backends.iter().map(|(_, b)| b.ip) {
             sum = sum.wrapping_add(mix(1, ip_bits(b)));
         }
-        for u in self.user_records(now) {
+        for u in users {
             let v = u64::from(u.hash) ^ ip_bits(u.backend).rotate_left(32);
             sum = sum.wrapping_add(mix(mix(2, v), u.stamp.seq ^ u.stamp.by.0.rotate_left(17)));
         }

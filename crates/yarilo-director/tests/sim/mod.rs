@@ -957,116 +957,81 @@ impl Sim {
 
     // ---- routing state ------------------------------------------------------------
 
-    /// A LOOKUP of `user` on `pod` (pins a new user); the backend it gave.
-    pub fn lookup(&mut self, pod: usize, user: &str) -> Option<IpAddr> {
+    /// A change made at `pod` by one of its clients (a login, an admin):
+    /// applied to its state machine, and what it changed handed to its
+    /// ring, as the service's director guard does. None when the process
+    /// is not running (a hung one answers nobody).
+    fn local<R>(&mut self, pod: usize, f: impl FnOnce(&mut Director, Tick) -> R) -> Option<R> {
         let now = self.now;
         let mut out = Vec::new();
-        let ip = {
+        let r = {
             let p = self.pods[pod].proc.as_mut()?;
             if p.hung {
                 return None;
             }
-            let route = p.dir.lookup(now, user, "", Some(Proto::Imap)).ok()?;
+            let r = f(&mut p.dir, now);
             let events = p.dir.take_events();
-            p.node
-                .handle(now, Input::Local(events), &mut p.dir, &mut out);
-            route.ip
+            if !events.is_empty() {
+                p.node
+                    .handle(now, Input::Local(events), &mut p.dir, &mut out);
+            }
+            r
         };
         self.outputs(pod, out);
-        Some(ip)
+        Some(r)
+    }
+
+    /// A LOOKUP of `user` on `pod` (pins a new user); the backend it gave.
+    pub fn lookup(&mut self, pod: usize, user: &str) -> Option<IpAddr> {
+        self.local(pod, |d, now| {
+            d.lookup(now, user, "", Some(Proto::Imap)).ok()
+        })
+        .flatten()
+        .map(|route| route.ip)
     }
 
     /// An admin move of `user` to `to` on `pod`.
     pub fn move_user(&mut self, pod: usize, user: &str, to: IpAddr) {
-        let now = self.now;
-        let mut out = Vec::new();
-        if let Some(p) = self.pods[pod].proc.as_mut() {
-            p.dir.move_user(now, user, "", to).unwrap();
-            let events = p.dir.take_events();
-            p.node
-                .handle(now, Input::Local(events), &mut p.dir, &mut out);
-        }
-        self.outputs(pod, out);
+        self.local(pod, |d, now| d.move_user(now, user, "", to).unwrap());
     }
 
-    /// A login reports a session of `user` on `backend` to `pod`.
+    /// A login reports a session of `user` on `backend` to `pod`. (An id
+    /// already closed is refused: it stays closed everywhere.)
     pub fn session(&mut self, pod: usize, id: &str, user: &str, backend: IpAddr) {
-        let now = self.now;
-        let mut out = Vec::new();
-        if let Some(p) = self.pods[pod].proc.as_mut() {
-            if p.hung {
-                return;
-            }
-            // False for an id already closed: it stays closed everywhere.
-            p.dir.session_open(now, id, user, "", backend, Proto::Imap);
-            let events = p.dir.take_events();
-            let links = p.node.links();
-            if self.tracing {
-                self.trace.push(format!(
-                    "{now:>8} pod{pod} session-open {id} links {links:?}"
-                ));
-            }
-            p.node
-                .handle(now, Input::Local(events), &mut p.dir, &mut out);
-        }
-        self.outputs(pod, out);
+        self.log(|| format!("pod{pod} session-open {id}"));
+        self.local(pod, |d, now| {
+            d.session_open(now, id, user, "", backend, Proto::Imap)
+        });
     }
 
     /// A login closes a session through `pod` (any director).
     pub fn session_close(&mut self, pod: usize, id: &str) {
-        let now = self.now;
-        let mut out = Vec::new();
-        if let Some(p) = self.pods[pod].proc.as_mut() {
-            if p.hung {
-                return;
-            }
-            p.dir.session_close(id);
-            let events = p.dir.take_events();
-            let links = p.node.links();
-            if self.tracing {
-                self.trace.push(format!(
-                    "{now:>8} pod{pod} session-close {id} links {links:?}"
-                ));
-            }
-            p.node
-                .handle(now, Input::Local(events), &mut p.dir, &mut out);
-        }
-        self.outputs(pod, out);
+        self.log(|| format!("pod{pod} session-close {id}"));
+        self.local(pod, |d, _| d.session_close(id));
     }
 
     /// An admin kick of `user` through `pod`; how many kicks it made.
     pub fn admin_kick(&mut self, pod: usize, user: &str) -> usize {
-        let now = self.now;
-        let mut out = Vec::new();
-        let mut n = 0;
+        let kicks = self
+            .local(pod, |d, now| d.kicks_for_user(now, user, ""))
+            .unwrap_or_default();
+        let n = kicks.len();
         if let Some(p) = self.pods[pod].proc.as_mut() {
-            let kicks = p.dir.kicks_for_user(now, user, "");
-            n = kicks.len();
             p.kicks
                 .extend(kicks.into_iter().map(|k| (k.user, k.backend)));
-            let events = p.dir.take_events();
-            p.node
-                .handle(now, Input::Local(events), &mut p.dir, &mut out);
         }
-        self.outputs(pod, out);
         n
     }
 
     /// An admin add (`add`) or remove of a backend through `pod`.
     pub fn admin_backend(&mut self, pod: usize, ip: IpAddr, add: bool) {
-        let now = self.now;
-        let mut out = Vec::new();
-        if let Some(p) = self.pods[pod].proc.as_mut() {
+        self.local(pod, |d, now| {
             if add {
-                p.dir.add_admin(now, ip, 143, "", 100);
+                d.add_admin(now, ip, 143, "", 100);
             } else {
-                p.dir.remove_admin(ip);
+                d.remove_admin(ip);
             }
-            let events = p.dir.take_events();
-            p.node
-                .handle(now, Input::Local(events), &mut p.dir, &mut out);
-        }
-        self.outputs(pod, out);
+        });
     }
 
     pub fn has_backend(&self, pod: usize, ip: IpAddr) -> bool {
@@ -1087,27 +1052,14 @@ impl Sim {
 
     /// A backend heartbeat landing on `pod`.
     pub fn heartbeat(&mut self, pod: usize, ip: IpAddr, seq: u64) {
-        let now = self.now;
-        let mut out = Vec::new();
-        if let Some(p) = self.pods[pod].proc.as_mut() {
-            if p.hung {
-                return;
-            }
-            p.dir.backend_up(
-                now,
-                &BackendUp {
-                    ip,
-                    port: 143,
-                    tag: String::new(),
-                    vhosts: 100,
-                    seq,
-                },
-            );
-            let events = p.dir.take_events();
-            p.node
-                .handle(now, Input::Local(events), &mut p.dir, &mut out);
-        }
-        self.outputs(pod, out);
+        let up = BackendUp {
+            ip,
+            port: 143,
+            tag: String::new(),
+            vhosts: 100,
+            seq,
+        };
+        self.local(pod, |d, now| d.backend_up(now, &up));
     }
 
     /// Where `pod` routes `user` now without pinning (None: unpinned).
