@@ -53,7 +53,7 @@ use tracing::Instrument;
 use yarilo_tls::internal::InternalTls;
 use yarilo_wire::{join_line, LineCodec};
 
-use crate::hop::{dial, UpstreamStream};
+use crate::hop::UpstreamStream;
 
 /// Longest line either way (the director's `MAX_LINE`).
 pub const MAX_LINE: usize = 8 * 1024;
@@ -438,21 +438,13 @@ fn keep_close(inner: &std::sync::Weak<Inner>, closes: &mut VecDeque<String>, id:
 
 /// Dial, VERSION exchange.
 async fn connect(link: &Inner) -> Result<UpstreamStream, String> {
-    let mut s = dial(&link.addr, link.tls.as_ref(), link.connect_timeout)
-        .await
-        .map_err(|e| e.to_string())?;
-    let hello = ["VERSION", "director", "1", "0"].map(String::from);
-    let answer = tokio::time::timeout(
-        REPLY_TIMEOUT,
-        yarilo_wire::handshake(&mut s, &hello, MAX_LINE),
+    crate::route::dial_director(
+        &link.addr,
+        link.tls.as_ref(),
+        link.connect_timeout.max(REPLY_TIMEOUT),
+        MAX_LINE,
     )
     .await
-    .map_err(|_| "no VERSION from the director".to_string())?
-    .map_err(|e| e.to_string())?;
-    match answer.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-        ["VERSION", "director", "1", ..] => Ok(s),
-        _ => Err(format!("unexpected VERSION {answer:?}")),
-    }
 }
 
 /// One connection's life: KICK-WATCH, owed CLOSEs, every live session's

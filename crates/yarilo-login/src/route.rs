@@ -18,7 +18,7 @@ use yarilo_tls::internal::InternalTls;
 use yarilo_wire::{join_line, split_line};
 
 use crate::director_link::DirectorLink;
-use crate::hop::dial;
+use crate::hop::{dial, UpstreamStream};
 use crate::HopError;
 
 /// Longest director reply line.
@@ -166,19 +166,9 @@ async fn lookup(
     proto: &str,
 ) -> Result<(std::net::IpAddr, u16), HopError> {
     let route_err = |m: String| HopError::Route(format!("director {director}: {m}"));
-    let mut s = dial(director, tls, timeout)
+    let mut s = dial_director(director, tls, timeout, MAX_REPLY)
         .await
-        .map_err(|e| route_err(e.to_string()))?;
-    let hello = ["VERSION", "director", "1", "0"].map(String::from);
-    let answer = yarilo_wire::handshake(&mut s, &hello, MAX_REPLY)
-        .await
-        .map_err(|e| route_err(e.to_string()))?;
-    if answer.first().map(String::as_str) != Some("VERSION")
-        || answer.get(1).map(String::as_str) != Some("director")
-        || answer.get(2).map(String::as_str) != Some("1")
-    {
-        return Err(route_err(format!("unexpected VERSION {answer:?}")));
-    }
+        .map_err(route_err)?;
     s.write_all(join_line(&["LOOKUP", user, tag, proto]).as_bytes())
         .await
         .map_err(|e| route_err(e.to_string()))?;
@@ -213,6 +203,26 @@ fn parse_lookup_reply(line: &str) -> Result<(std::net::IpAddr, u16), String> {
         )),
         ["FAIL", ref rest @ ..] => Err(format!("LOOKUP failed: {}", rest.join(" "))),
         _ => Err(format!("unexpected reply {line:?}")),
+    }
+}
+
+/// Dials the director and exchanges `VERSION` lines (the LOOKUP path and
+/// the director link share it); the whole exchange within `timeout`.
+pub(crate) async fn dial_director(
+    addr: &str,
+    tls: Option<&InternalTls>,
+    timeout: Duration,
+    max_line: usize,
+) -> Result<UpstreamStream, String> {
+    let mut s = dial(addr, tls, timeout).await.map_err(|e| e.to_string())?;
+    let hello = ["VERSION", "director", "1", "0"].map(String::from);
+    let answer = tokio::time::timeout(timeout, yarilo_wire::handshake(&mut s, &hello, max_line))
+        .await
+        .map_err(|_| "no VERSION from the director".to_string())?
+        .map_err(|e| e.to_string())?;
+    match answer.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        ["VERSION", "director", "1", ..] => Ok(s),
+        _ => Err(format!("unexpected VERSION {answer:?}")),
     }
 }
 
