@@ -420,8 +420,13 @@ async fn a_director_with_another_secret_or_none_never_joins() {
     let a = Node::start(la, &seeds, Some(SECRET)).await;
     let b = Node::start(lb, &seeds, Some("another secret")).await;
     let c = Node::start(lc, &seeds, None).await;
-    // Several poll rounds.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Wait for evidence, not for time: each secret-holding director has
+    // refused a join from the other at least twice (two poll rounds each).
+    let proofs_failed = |n: &Node| n.shared.ring().unwrap().stats().proofs_failed.get();
+    wait_until("two refused joins at each director with a secret", || {
+        proofs_failed(&a) >= 2 && proofs_failed(&b) >= 2
+    })
+    .await;
     assert_eq!(a.members(), vec![a.addr]);
     assert_eq!(b.members(), vec![b.addr]);
     assert!(c.shared.ring().is_none(), "no secret: no ring");
@@ -429,8 +434,6 @@ async fn a_director_with_another_secret_or_none_never_joins() {
     for n in [&a, &b, &c] {
         lookup(n.addr, "someone").await;
     }
-    let proofs_failed = |n: &Node| n.shared.ring().unwrap().stats().proofs_failed.get();
-    assert!(proofs_failed(&a) >= 1 && proofs_failed(&b) >= 1);
     a.terminate().await;
     b.terminate().await;
     c.terminate().await;

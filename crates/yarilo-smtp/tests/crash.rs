@@ -12,48 +12,35 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use common::{env_at, messages, store_at, Client};
 
-const CHILD_ENV: &str = "YARILO_SMTP_CRASH_CHILD_DIR";
+const TEST: &str = "delivery_acknowledged_with_250_survives_sigkill";
+const DIR_ENV: &str = "YARILO_SMTP_CRASH_DIR";
 const USERS: &str = "alice@example.org:{PLAIN}pw::::::\n";
 
-/// Not a test of its own: the body of the child process. Without the
-/// environment variable (a normal test run) it returns at once.
-#[test]
-fn child_process_entry_point() {
-    let Ok(dir) = std::env::var(CHILD_ENV) else {
-        return;
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
-        let e = env_at(std::path::Path::new(&dir), "");
-        let settings = yarilo_smtp::LmtpSettings::from_config(&e.config);
-        let srv = common::start_lmtp(&e, settings).await;
-        println!("LISTENING {}", srv.addr.port());
-        std::future::pending::<()>().await;
-    });
+/// The child's part: an LMTP server over the shared maildir until killed.
+async fn serve_until_killed(dir: &str) {
+    let e = env_at(std::path::Path::new(dir), "");
+    let settings = yarilo_smtp::LmtpSettings::from_config(&e.config);
+    let srv = common::start_lmtp(&e, settings).await;
+    println!("LISTENING {}", srv.addr.port());
+    std::future::pending::<()>().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delivery_acknowledged_with_250_survives_sigkill() {
+    // The same test, re-run by itself as the server process to kill.
+    if yarilo_testkit::rerun::role().as_deref() == Some("lmtp-server") {
+        let dir = std::env::var(DIR_ENV).unwrap();
+        return serve_until_killed(&dir).await;
+    }
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("users"), USERS).unwrap();
-    let exe = std::env::current_exe().unwrap();
     for round in 0..3 {
-        let mut child = Command::new(&exe)
-            .args([
-                "child_process_entry_point",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, dir.path())
+        let mut child = yarilo_testkit::rerun::child(TEST, "lmtp-server")
+            .env(DIR_ENV, dir.path())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()

@@ -3,12 +3,16 @@
 //! - [`RedisServer`]: a real `redis-server` with its own port and temp
 //!   dir, killed on drop; a missing binary fails the test with the fix.
 //! - [`eventually`]: poll a condition with a bound instead of sleeping.
+//! - [`rerun`]: re-run the current test in a child process (a server to
+//!   SIGKILL, a private network namespace) without a second test entry.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test support: failing loudly is the point
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+pub mod rerun;
 
 pub struct RedisServer {
     child: Option<Child>,

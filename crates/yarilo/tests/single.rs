@@ -1,6 +1,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! `yarilo single` and `yarilo config` as a user runs them: the real
 //! binary, real sockets, real signals.
+//!
+//! The embedded default binds fixed ports (1143, 1110, …): a test that runs
+//! it does so in a private network namespace, so that parallel runs on one
+//! machine never meet. Every other test binds ephemeral ports only.
 
 mod common;
 
@@ -9,6 +13,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{get, post, write_config, Process, BIN};
+use yarilo_testkit::rerun::in_private_network;
+
+/// A configuration that serves no mail protocol: for tests of the
+/// process itself (data directory, probes, watchdog), so that nothing
+/// binds a fixed port.
+const NO_SERVICES: &str = "services:\n  imap: { enabled: false }\n  imaps: { enabled: false }\n  pop3: { enabled: false }\n  pop3s: { enabled: false }\n  lmtp: { enabled: false }\n  submission: { enabled: false }\n  submissions: { enabled: false }\n  managesieve: { enabled: false }\n  jmap: { enabled: false }\n";
 
 /// `yarilo single` in `cwd` with `args`.
 fn start(cwd: &Path, args: &[&str]) -> Process {
@@ -19,8 +29,28 @@ fn start(cwd: &Path, args: &[&str]) -> Process {
 
 #[test]
 fn single_with_no_arguments_serves_probes_and_exits_cleanly_on_sigterm() {
+    in_private_network(
+        "single_with_no_arguments_serves_probes_and_exits_cleanly_on_sigterm",
+        no_arguments,
+    );
+}
+
+fn no_arguments() {
     let cwd = tempfile::tempdir().unwrap();
     let mut run = start(cwd.path(), &[]);
+    // The documented default ports, on loopback.
+    for (name, addr) in [
+        ("imap ", "127.0.0.1:1143"),
+        ("imaps ", "127.0.0.1:1993"),
+        ("pop3 ", "127.0.0.1:1110"),
+        ("pop3s ", "127.0.0.1:1995"),
+        ("lmtp ", "127.0.0.1:2424"),
+        ("submission ", "127.0.0.1:1587"),
+        ("submissions ", "127.0.0.1:1465"),
+    ] {
+        assert_eq!(run.announced(name).trim(), addr, "{name}");
+        std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("{name}{addr}: {e}"));
+    }
     assert_eq!(get(&format!("{}/healthz", run.telemetry)).0, 200);
     let (status, body) = get(&format!("{}/readyz", run.telemetry));
     assert_eq!(status, 200, "{body}");
@@ -53,7 +83,16 @@ fn single_with_no_arguments_serves_probes_and_exits_cleanly_on_sigterm() {
 fn data_flag_moves_the_data_directory() {
     let cwd = tempfile::tempdir().unwrap();
     let data = cwd.path().join("elsewhere");
-    let mut run = start(cwd.path(), &["--data", data.to_str().unwrap()]);
+    let cfg = write_config(cwd.path(), NO_SERVICES);
+    let mut run = start(
+        cwd.path(),
+        &[
+            "--data",
+            data.to_str().unwrap(),
+            "--config",
+            cfg.to_str().unwrap(),
+        ],
+    );
     assert!(data.join("tls/server.key").exists());
     assert!(!cwd.path().join("yarilo-data").exists());
     assert_eq!(run.sigterm_and_wait(Duration::from_secs(10)), Some(0));
@@ -127,7 +166,7 @@ fn watchdog_fault_injection_fails_healthz_after_the_threshold() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = write_config(
         dir.path(),
-        "general:\n  data_dir: data\ntelemetry:\n  liveness_watchdog:\n    liveness_watchdog_enabled: true\n    liveness_watchdog_interval_seconds: 2\n    liveness_watchdog_timeout_seconds: 1\n    liveness_watchdog_failure_threshold: 2\n    liveness_watchdog_fault_injection_enabled: true\n",
+        &format!("general:\n  data_dir: data\ntelemetry:\n  liveness_watchdog:\n    liveness_watchdog_enabled: true\n    liveness_watchdog_interval_seconds: 2\n    liveness_watchdog_timeout_seconds: 1\n    liveness_watchdog_failure_threshold: 2\n    liveness_watchdog_fault_injection_enabled: true\n{NO_SERVICES}"),
     );
     let run = start(dir.path(), &["--config", cfg.to_str().unwrap()]);
     assert_eq!(get(&format!("{}/healthz", run.telemetry)).0, 200);
@@ -162,7 +201,7 @@ fn without_fault_injection_the_debug_endpoint_does_not_exist() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = write_config(
         dir.path(),
-        "general:\n  data_dir: data\ntelemetry:\n  liveness_watchdog:\n    liveness_watchdog_enabled: true\n",
+        &format!("general:\n  data_dir: data\ntelemetry:\n  liveness_watchdog:\n    liveness_watchdog_enabled: true\n{NO_SERVICES}"),
     );
     let run = start(dir.path(), &["--config", cfg.to_str().unwrap()]);
     assert_eq!(

@@ -2,6 +2,10 @@
 //! `yarilo single` as a new user tries it: start it with no configuration,
 //! add a user with yarctl, deliver by LMTP, read by IMAP and POP3, and
 //! submit through the relay to a test MTA.
+//!
+//! The embedded default's ports are fixed (1143, 2424, …): the test runs in
+//! a private network namespace so it never meets another run on the same
+//! machine.
 
 mod common;
 
@@ -34,6 +38,13 @@ fn start(cwd: &Path) -> Process {
 
 #[test]
 fn deliver_read_and_fetch_with_the_embedded_default() {
+    yarilo_testkit::rerun::in_private_network(
+        "deliver_read_and_fetch_with_the_embedded_default",
+        deliver_read_and_fetch,
+    );
+}
+
+fn deliver_read_and_fetch() {
     let cwd = tempfile::tempdir().unwrap();
     // What `yarctl user add alice --password … --data yarilo-data` does.
     let data = cwd.path().join("yarilo-data");
