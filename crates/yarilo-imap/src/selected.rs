@@ -384,7 +384,10 @@ pub(crate) fn store_no(tag: &str, e: &StoreError) -> Response {
             Some(Code::Corruption),
             "Mailbox index is damaged; the administrator has been told.".to_string(),
         ),
-        StoreError::Io { .. } | StoreError::Location(_) | StoreError::Internal(_) => (
+        StoreError::Io { .. }
+        | StoreError::Location(_)
+        | StoreError::Internal(_)
+        | StoreError::InsecureKeyFile { .. } => (
             Some(Code::ServerBug),
             "Internal error occurred. Refer to server log for more information.".to_string(),
         ),
@@ -395,6 +398,7 @@ pub(crate) fn store_no(tag: &str, e: &StoreError) -> Response {
             | StoreError::Internal(_)
             | StoreError::UidList(_)
             | StoreError::Location(_)
+            | StoreError::InsecureKeyFile { .. }
     ) {
         tracing::error!(error = %e, "store operation failed");
     }

@@ -24,6 +24,17 @@ pub fn fsync_dir(dir: &Path) -> io::Result<()> {
 /// name unique to this process and call (`<name>.yarilo-tmp.<pid>.<rand>`),
 /// so concurrent writers never share a temp file.
 pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
+    write_atomic_mode(path, data, None)
+}
+
+/// [`write_atomic`] for a secret (a key): the file is owner-only (0600)
+/// from its creation, whatever the umask.
+pub fn write_atomic_private(path: &Path, data: &[u8]) -> io::Result<()> {
+    write_atomic_mode(path, data, Some(0o600))
+}
+
+fn write_atomic_mode(path: &Path, data: &[u8], mode: Option<u32>) -> io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let dir = path.parent().unwrap_or_else(|| Path::new("."));
     let name = path
         .file_name()
@@ -34,16 +45,22 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
         std::process::id(),
         rand::random::<u32>()
     ));
-    {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)?;
+    let written = (|| {
+        let mut open = OpenOptions::new();
+        open.write(true).create_new(true);
+        if let Some(m) = mode {
+            open.mode(m);
+        }
+        let mut f = open.open(&tmp)?;
+        if let Some(m) = mode {
+            f.set_permissions(std::fs::Permissions::from_mode(m))?;
+        }
         f.write_all(data)?;
         f.sync_all()?;
-    }
-    if let Err(e) = std::fs::rename(&tmp, path) {
+        drop(f);
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
         return Err(e);
     }

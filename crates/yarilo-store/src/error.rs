@@ -38,8 +38,9 @@ pub enum StoreError {
     /// The lock service refused or timed out; nothing was written.
     #[error("lock: {0}")]
     Lock(#[from] yarilo_locks::LockError),
-    /// Another process holds the Maildir's dotlock for too long; nothing
-    /// was written.
+    /// Another process holds the Maildir's dotlock for too long, or broke
+    /// ours as stale while we held it; nothing was written to the uid list
+    /// (the operation may be retried).
     #[error(transparent)]
     Dotlock(#[from] DotlockError),
     /// `dovecot-uidlist` cannot be parsed. The mailbox is not written
@@ -55,6 +56,10 @@ pub enum StoreError {
         #[source]
         source: io::Error,
     },
+    /// A key file (URLAUTH keys) others can read or write: refused until
+    /// an operator makes it owner-only. Nothing was written.
+    #[error("permissions {mode:04o} for {path} are too open: keys must be owner-only (chmod 600)")]
+    InsecureKeyFile { path: String, mode: u32 },
     /// A bug or a panicked worker.
     #[error("internal error: {0}")]
     Internal(String),

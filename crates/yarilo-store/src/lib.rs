@@ -16,6 +16,7 @@
 //! `mbox:` → `deliver:`) and the dotlock. Every write is atomic and
 //! durable (see [`maildir`] for the exact orders and why they are safe).
 
+pub mod cleanup;
 pub mod dotlock;
 pub mod durable;
 mod error;

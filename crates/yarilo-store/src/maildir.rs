@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::dotlock::Dotlock;
+use crate::dotlock::{Dotlock, DotlockHolder};
 use crate::durable::{create_dir_durable, fsync_dir, write_atomic};
 use crate::error::{IoContext, StoreError};
 use crate::filename::{base_of, new_base, virtual_size, with_info, MaildirName};
@@ -195,6 +195,9 @@ pub struct Core {
     uidlist_consumed: usize,
     log: Option<LogState>,
     last_stamp: Option<SyncStamp>,
+    /// The dotlock the current write runs under, checked before the uid
+    /// list is written.
+    dotlock: Option<DotlockHolder>,
 }
 
 fn now_ns() -> i128 {
@@ -401,6 +404,7 @@ impl Core {
             uidlist_consumed: 0,
             log: None,
             last_stamp: None,
+            dotlock: None,
         };
         core.load_index();
         core.read_keywords();
@@ -714,11 +718,22 @@ impl Core {
         &self.paths
     }
 
-    fn dotlock(&self) -> Result<Dotlock, StoreError> {
-        Ok(Dotlock::acquire(
-            &self.paths.uidlist(),
-            self.opts.dotlock_wait,
-        )?)
+    fn dotlock(&mut self) -> Result<Dotlock, StoreError> {
+        let lock = Dotlock::acquire(&self.paths.uidlist(), self.opts.dotlock_wait)?;
+        self.dotlock = Some(lock.holder());
+        Ok(lock)
+    }
+
+    /// Before the uid list is written: the dotlock is still ours. If
+    /// another process broke it as stale (and may be writing now), the
+    /// write is refused rather than risk handing out its UIDs twice.
+    fn still_locked(&self) -> Result<(), StoreError> {
+        match &self.dotlock {
+            Some(h) => Ok(h.verify()?),
+            None => Err(StoreError::Internal(
+                "uid list written without the dotlock".into(),
+            )),
+        }
     }
 
     /// Under the dotlock, before a write: make sure UIDs can be handed out
@@ -971,21 +986,17 @@ impl Core {
         Ok(known.is_empty())
     }
 
-    /// Removes files left in `tmp/` for more than 36 hours (a writer that
-    /// died before delivering), as Dovecot does.
+    /// Dovecot's `tmp/` cleanup (see [`crate::cleanup`]); when it runs,
+    /// also the temp files of atomic rewrites that died in the mailbox and
+    /// index directories.
     fn clean_tmp(&self) {
-        let Ok(rd) = std::fs::read_dir(self.paths.sub("tmp")) else {
-            return;
-        };
-        let limit = SystemTime::now() - Duration::from_secs(36 * 3600);
-        for e in rd.flatten() {
-            let old = e
-                .metadata()
-                .ok()
-                .and_then(|m| m.modified().ok())
-                .is_some_and(|t| t < limit);
-            if old {
-                let _ = std::fs::remove_file(e.path());
+        let now = SystemTime::now();
+        if crate::cleanup::clean_tmp_dir(&self.paths.sub("tmp"), now).is_some() {
+            crate::cleanup::remove_stale_temps(&self.paths.dir, now);
+            if let Some(idx) = &self.paths.index_dir {
+                if *idx != self.paths.dir {
+                    crate::cleanup::remove_stale_temps(idx, now);
+                }
             }
         }
     }
@@ -1022,6 +1033,7 @@ impl Core {
     }
 
     fn write_uidlist_full(&mut self, list: &UidList) -> Result<(), StoreError> {
+        self.still_locked()?;
         let path = self.paths.uidlist();
         let data = list.serialize();
         write_atomic(&path, &data).ctx(|| format!("write {}", path.display()))?;
@@ -1033,6 +1045,7 @@ impl Core {
     /// Appends records to the uid list in place (as Dovecot does), after
     /// cutting off a torn line a crashed writer may have left.
     fn append_uidlist(&mut self, recs: &[UidRecord]) -> Result<(), StoreError> {
+        self.still_locked()?;
         let path = self.paths.uidlist();
         let mut f = OpenOptions::new()
             .write(true)
@@ -1449,4 +1462,53 @@ pub fn read_header(view: &MailboxView, rec: &MessageRecord) -> std::io::Result<V
         }
     }
     Ok(data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dotlock::DotlockError;
+
+    #[test]
+    fn nothing_is_appended_under_a_dotlock_another_process_broke() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = MailboxPaths {
+            name: "INBOX".into(),
+            dir: dir.path().join("box"),
+            root: dir.path().to_path_buf(),
+            index_dir: None,
+        };
+        create_maildir(&paths, true).unwrap();
+        let mut core = Core::open(paths.clone(), CoreOptions::default()).unwrap();
+        let msg = |n: u32| {
+            prepare(
+                &paths,
+                "host",
+                format!("Subject: {n}\r\n\r\nbody\r\n").as_bytes(),
+                Flags::EMPTY,
+                Vec::new(),
+                None,
+            )
+            .unwrap()
+        };
+        assert_eq!(core.append(vec![msg(1)]).unwrap(), vec![1]);
+        let before = std::fs::read(paths.uidlist()).unwrap();
+
+        // Mid-hold, someone declares our lock stale and takes it.
+        let lock = core.dotlock().unwrap();
+        std::fs::remove_file(lock.path()).unwrap();
+        std::fs::write(lock.path(), "4000000:elsewhere").unwrap();
+        let err = core.append_uidlist(&[]).unwrap_err();
+        assert!(
+            matches!(err, StoreError::Dotlock(DotlockError::Lost { ref holder, .. }) if holder == "4000000:elsewhere"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(paths.uidlist()).unwrap(), before);
+        drop(lock);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("box/dovecot-uidlist.lock")).unwrap(),
+            "4000000:elsewhere",
+            "the other holder's lock is left alone"
+        );
+    }
 }

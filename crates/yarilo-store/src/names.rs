@@ -6,7 +6,9 @@
 //! and lives where the location says.
 
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
+use crate::cleanup::Leftovers;
 use crate::location::{Layout, UserLocation};
 
 /// Why a mailbox name is refused (nothing on disk is touched).
@@ -47,6 +49,11 @@ pub fn normalize(name: &str, layout: Layout) -> Result<String, NameError> {
     if name.starts_with('~') {
         return Err(err("leading '~'"));
     }
+    // Dovecot's DELETE renames into `.DOVECOT-TRASHED`; it is never a
+    // mailbox (see crate::cleanup).
+    if layout == Layout::MaildirPlusPlus && name == "DOVECOT-TRASHED" {
+        return Err(err("reserved for Dovecot's DELETE"));
+    }
     let mut normalized = name.to_string();
     // `INBOX.x` children keep the canonical INBOX spelling.
     if let Some(rest) = name.get(5..) {
@@ -84,20 +91,31 @@ pub fn index_dir(loc: &UserLocation, name: &str) -> Option<PathBuf> {
 }
 
 /// Lists the mailbox names under the root (INBOX included). Directories
-/// without `cur/` are hierarchy-only and skipped.
+/// without `cur/` are hierarchy-only and skipped, and so are what crashed
+/// writers left (see [`crate::cleanup`]).
 pub fn list_mailboxes(loc: &UserLocation) -> std::io::Result<Vec<String>> {
+    scan_root(loc, SystemTime::now()).map(|(names, _)| names)
+}
+
+/// [`list_mailboxes`], plus the leftovers found in the root on the way.
+pub fn scan_root(loc: &UserLocation, now: SystemTime) -> std::io::Result<(Vec<String>, Leftovers)> {
     let mut out = vec!["INBOX".to_string()];
+    let mut leftovers = Leftovers::default();
     match loc.layout {
         Layout::MaildirPlusPlus => {
             let rd = match std::fs::read_dir(&loc.root) {
                 Ok(rd) => rd,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((out, leftovers)),
                 Err(e) => return Err(e),
             };
             for entry in rd {
                 let entry = entry?;
                 let name = entry.file_name();
                 let Some(name) = name.to_str() else { continue };
+                leftovers.consider(name, &entry.path(), now);
+                if crate::cleanup::is_trash(name) {
+                    continue;
+                }
                 let Some(folder) = name.strip_prefix('.') else {
                     continue;
                 };
@@ -111,11 +129,20 @@ pub fn list_mailboxes(loc: &UserLocation) -> std::io::Result<Vec<String>> {
                 }
             }
         }
-        Layout::Fs => walk_fs(&loc.root, &loc.root, &mut out)?,
+        Layout::Fs => {
+            if let Ok(rd) = std::fs::read_dir(&loc.root) {
+                for entry in rd.flatten() {
+                    if let Some(name) = entry.file_name().to_str() {
+                        leftovers.consider(name, &entry.path(), now);
+                    }
+                }
+            }
+            walk_fs(&loc.root, &loc.root, &mut out)?
+        }
     }
     out.sort();
     out.dedup();
-    Ok(out)
+    Ok((out, leftovers))
 }
 
 fn walk_fs(root: &Path, dir: &Path, out: &mut Vec<String>) -> std::io::Result<()> {

@@ -379,8 +379,11 @@ impl UserStore {
         let settings = self.inner.settings.mailboxes.clone();
         let sep = self.separator();
         blocking(move || {
-            let names =
-                names::list_mailboxes(&loc).ctx(|| format!("list {}", loc.root.display()))?;
+            let (names, leftovers) = names::scan_root(&loc, std::time::SystemTime::now())
+                .ctx(|| format!("list {}", loc.root.display()))?;
+            if !leftovers.is_empty() {
+                leftovers.remove_in_background();
+            }
             let subs = read_subscriptions(&loc.root, sep);
             let mut out = Vec::with_capacity(names.len());
             for n in &names {
@@ -446,16 +449,23 @@ impl UserStore {
                 return Err(StoreError::NoMailbox(p.name.clone()));
             }
             // Rename out of the namespace first, so a crash midway leaves
-            // no half-deleted mailbox visible.
+            // no half-deleted mailbox visible: once the rename is durable
+            // the DELETE has happened. What is left is cleanup, which a
+            // later LIST finishes if we die (crate::cleanup).
             let parent = p.dir.parent().unwrap_or(&p.root).to_path_buf();
-            let trash = parent.join(format!("..yarilo-deleted.{:08x}", rand::random::<u32>()));
+            let trash = parent.join(format!(
+                "{}{:08x}",
+                crate::cleanup::TRASH_PREFIX,
+                rand::random::<u32>()
+            ));
             match layout {
                 crate::location::Layout::MaildirPlusPlus => {
                     std::fs::rename(&p.dir, &trash)
                         .ctx(|| format!("rename {}", p.dir.display()))?;
                     fsync_dir(&parent).ctx(|| format!("fsync {}", parent.display()))?;
-                    std::fs::remove_dir_all(&trash)
-                        .ctx(|| format!("remove {}", trash.display()))?;
+                    if let Err(e) = std::fs::remove_dir_all(&trash) {
+                        tracing::warn!(dir = %trash.display(), error = %e, "deleted mailbox not fully removed; a later LIST retries");
+                    }
                 }
                 crate::location::Layout::Fs => {
                     // Children live inside; remove only the mailbox's own files.
@@ -661,12 +671,12 @@ impl UserStore {
         let root = self.loc.root.clone();
         let mailbox = mailbox.to_string();
         if !create {
-            return blocking(move || Ok(crate::urlauth_keys::load(&root).get(&mailbox).cloned()))
+            return blocking(move || Ok(crate::urlauth_keys::load(&root)?.get(&mailbox).cloned()))
                 .await;
         }
         let _g = self.idx_lock().await?;
         blocking(move || {
-            let mut keys = crate::urlauth_keys::load(&root);
+            let mut keys = crate::urlauth_keys::load(&root)?;
             if let Some(k) = keys.get(&mailbox) {
                 return Ok(Some(k.clone()));
             }
@@ -684,13 +694,15 @@ impl UserStore {
         let root = self.loc.root.clone();
         let mailbox = mailbox.map(str::to_string);
         blocking(move || {
-            let mut keys = crate::urlauth_keys::load(&root);
-            match &mailbox {
+            let keys = match &mailbox {
                 Some(m) => {
+                    let mut keys = crate::urlauth_keys::load(&root)?;
                     keys.remove(m);
+                    keys
                 }
-                None => keys.clear(),
-            }
+                // Every key goes: no need to read (or trust) the old file.
+                None => Default::default(),
+            };
             crate::urlauth_keys::save(&root, &keys)
         })
         .await
