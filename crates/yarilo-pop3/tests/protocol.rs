@@ -264,8 +264,8 @@ async fn input_pipelined_after_stls_is_discarded() {
 
     let mut roots = rustls::RootCertStore::empty();
     let pem = std::fs::read(h.cert.clone().unwrap()).unwrap();
-    for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
-        roots.add(cert.unwrap()).unwrap();
+    for cert in yarilo_tls::parse_certs(&pem).unwrap() {
+        roots.add(cert).unwrap();
     }
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),

@@ -57,6 +57,7 @@ impl Authority {
             })
         };
         let cert_pem = read(cert_path)?;
+        crate::check_key_permissions(key_path)?;
         let key = KeyPair::from_pem(&read(key_path)?).map_err(gen_err)?;
         let params = CertificateParams::from_ca_cert_pem(&cert_pem).map_err(gen_err)?;
         // Re-signing the same parameters with the same key yields an issuer
@@ -141,9 +142,12 @@ pub fn write_pair(dir: &Path, stem: &str, issued: &Issued) -> Result<(PathBuf, P
 }
 
 /// Durable, atomic write: temp file, fsync, rename, fsync of the directory.
+/// The file has exactly `mode` from its first byte on (set on the open
+/// file, so neither the umask nor a leftover temp file can widen it): a
+/// key is never readable by others, not even for a moment.
 pub fn write_file(path: &Path, data: &[u8], mode: u32) -> Result<(), TlsError> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let io = |source| TlsError::Io {
         path: path.display().to_string(),
         source,
@@ -151,23 +155,42 @@ pub fn write_file(path: &Path, data: &[u8], mode: u32) -> Result<(), TlsError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(io)?;
     let tmp = dir.join(format!(
-        ".{}.tmp{}",
+        ".{}.tmp.{}.{:08x}",
         path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
-        std::process::id()
+        std::process::id(),
+        rand_u32()
     ));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(&tmp)
-        .map_err(io)?;
-    f.write_all(data).map_err(io)?;
-    f.sync_all().map_err(io)?;
-    drop(f);
-    std::fs::rename(&tmp, path).map_err(io)?;
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode & 0o700)
+            .open(&tmp)?;
+        f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        f.write_all(data)?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io(e));
+    }
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(io)?;
     Ok(())
+}
+
+/// A random number for temp names (no `rand` dependency here).
+fn rand_u32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.finish() as u32
 }

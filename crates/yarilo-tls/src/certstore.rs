@@ -266,8 +266,8 @@ mod tests {
         let second = issue_self_signed(&["localhost".into()]).unwrap();
         let mut roots = rustls::RootCertStore::empty();
         for pem in [&first.cert_pem, &second.cert_pem] {
-            for cert in rustls_pemfile::certs(&mut pem.as_bytes()) {
-                roots.add(cert.unwrap()).unwrap();
+            for cert in crate::parse_certs(pem.as_bytes()).unwrap() {
+                roots.add(cert).unwrap();
             }
         }
         let mut client = rustls::ClientConfig::builder_with_provider(provider())

@@ -22,7 +22,7 @@ mod selfsigned;
 use std::sync::Arc;
 
 pub use certstore::CertStore;
-pub use pem::{load_certs, load_key};
+pub use pem::{check_key_permissions, load_certs, load_key, parse_certs};
 pub use roles::Role;
 pub use selfsigned::ensure_self_signed;
 pub use tokio_rustls::{rustls, TlsAcceptor, TlsConnector};
@@ -39,6 +39,9 @@ pub enum TlsError {
     },
     #[error("{path}: {message}")]
     Pem { path: String, message: String },
+    /// A private key others may read: refused at start (and on reload).
+    #[error("permissions {mode:04o} for {path} are too open: a private key must not be accessible by others (chmod 600, or 640 for a group)")]
+    KeyPermissions { path: String, mode: u32 },
     #[error("TLS configuration: {0}")]
     Rustls(#[from] rustls::Error),
     #[error("certificate generation: {0}")]
