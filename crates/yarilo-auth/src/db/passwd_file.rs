@@ -9,6 +9,13 @@
 //! changes (checked on every lookup, off the async threads), so
 //! `yarctl user add` is seen by a running server without a restart.
 //! Rewrites are atomic: temp file, fsync, rename, directory fsync.
+//! Writers are serialized by the classic lock file `<file>.lock` (created
+//! with `O_EXCL`, holding `<pid>:<host>`, as shadow-utils locks
+//! `/etc/passwd` and Dovecot its dotlocks; Dovecot never writes a
+//! passwd-file, so there is no lock of its to share) held across read,
+//! edit and rename, so two `yarctl user add` at once both land. The rewritten file keeps the old
+//! one's owner, group and mode without the bits for others (new files:
+//! 0600): it holds password hashes.
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -229,12 +236,14 @@ impl PasswdFile {
             .collect())
     }
 
-    /// Applies `edit` to the file's lines and writes the result atomically.
-    /// `edit` returns an error to leave the file untouched.
+    /// Applies `edit` to the file's lines and writes the result atomically,
+    /// under the writers' lock. `edit` returns an error to leave the file
+    /// untouched.
     pub fn rewrite_blocking(
         &self,
         edit: impl FnOnce(&mut Vec<String>) -> Result<(), DbError>,
     ) -> Result<(), DbError> {
+        let _lock = self.lock_writers()?;
         let mut lines = self.read_lines()?;
         edit(&mut lines)?;
         let mut text = lines.join("\n");
@@ -242,6 +251,16 @@ impl PasswdFile {
             text.push('\n');
         }
         write_atomic(&self.path, text.as_bytes()).map_err(|e| self.io_err(e))
+    }
+
+    /// Takes the writers' lock, waiting up to [`WRITER_LOCK_WAIT`].
+    fn lock_writers(&self) -> Result<WriterLock, DbError> {
+        if let Some(dir) = self.path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| self.io_err(e))?;
+        }
+        let mut name = self.path.as_os_str().to_owned();
+        name.push(".lock");
+        WriterLock::acquire(PathBuf::from(name)).map_err(|e| self.io_err(e))
     }
 
     /// Adds a line; fails if the user exists.
@@ -309,10 +328,97 @@ fn validate_field(value: &str, what: &str) -> Result<(), DbError> {
     Ok(())
 }
 
+/// How long a passwd-file writer waits for another one.
+pub const WRITER_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// A lock file older than this belongs to a writer that died (a rewrite
+/// takes milliseconds).
+const WRITER_LOCK_STALE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// `<file>.lock`, held while a writer reads, edits and renames; removed on
+/// drop if it is still the one this writer created.
+struct WriterLock {
+    path: PathBuf,
+    ino: u64,
+}
+
+impl WriterLock {
+    fn acquire(path: PathBuf) -> std::io::Result<WriterLock> {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_default();
+        let me = format!("{}:{host}", std::process::id());
+        let deadline = std::time::Instant::now() + WRITER_LOCK_WAIT;
+        loop {
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+            {
+                Ok(mut f) => {
+                    f.write_all(me.as_bytes())?;
+                    let ino = f.metadata()?.ino();
+                    return Ok(WriterLock { path, ino });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+            if let Some(ino) = stale_lock(&path, &host) {
+                // Only the lock we judged, not one a contender made since.
+                if std::fs::metadata(&path).map(|m| m.ino()).ok() == Some(ino) {
+                    tracing::warn!(path = %path.display(), "removing a stale passwd-file lock");
+                    let _ = std::fs::remove_file(&path);
+                }
+                continue;
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "{} held by another writer for {WRITER_LOCK_WAIT:?}",
+                        path.display()
+                    ),
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(
+                2 + rand::random::<u64>() % 8,
+            ));
+        }
+    }
+}
+
+impl Drop for WriterLock {
+    fn drop(&mut self) {
+        if std::fs::metadata(&self.path).map(|m| m.ino()).ok() == Some(self.ino) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// The lock's inode if it is stale: its pid is on this host and gone, or
+/// it has not changed for [`WRITER_LOCK_STALE`].
+fn stale_lock(path: &Path, host: &str) -> Option<u64> {
+    let meta = std::fs::metadata(path).ok()?;
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    if let Some((pid, lock_host)) = text.trim().split_once(':') {
+        if lock_host == host
+            && pid.parse::<u32>().is_ok()
+            && !Path::new(&format!("/proc/{pid}")).exists()
+        {
+            return Some(meta.ino());
+        }
+    }
+    let age = meta.modified().ok()?.elapsed().unwrap_or_default();
+    (age >= WRITER_LOCK_STALE).then_some(meta.ino())
+}
+
 /// Temp file in the same directory, fsync, rename over, fsync the directory.
-/// The new file keeps mode 0600: it holds password hashes.
+/// The new file has the old one's owner and group and its mode without the
+/// bits for others (a new file: 0600), set on the open temp file before a
+/// byte is written: it holds password hashes.
 pub(crate) fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt as _;
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -322,14 +428,30 @@ pub(crate) fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
         .file_name()
         .map(|n| n.to_string_lossy().to_string())
         .unwrap_or_else(|| "users".into());
-    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    let old = std::fs::metadata(path).ok();
+    let mode = old
+        .as_ref()
+        .map(|m| m.permissions().mode() & 0o770)
+        .unwrap_or(0o600);
+    let tmp = dir.join(format!(
+        ".{name}.tmp.{}.{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
     let result = (|| {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .mode(0o600)
             .open(&tmp)?;
+        if let Some(m) = &old {
+            // Keep a group the auth process reads it through; as root
+            // this may hand the file back to its owner.
+            if std::os::unix::fs::fchown(&f, Some(m.uid()), Some(m.gid())).is_err() {
+                tracing::debug!(path = %path.display(), "cannot keep the passwd-file's owner");
+            }
+        }
+        f.set_permissions(std::fs::Permissions::from_mode(mode))?;
         f.write_all(data)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)?;
@@ -344,6 +466,37 @@ pub(crate) fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parallel_writers_all_land_and_the_file_stays_private() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("users");
+        let db = PasswdFile::new(&path, Scheme::Plain);
+        std::thread::scope(|s| {
+            for t in 0..8 {
+                let db = db.clone();
+                s.spawn(move || {
+                    for i in 0..10 {
+                        db.add_blocking(PasswdLine {
+                            user: format!("u{t}-{i}"),
+                            password: "{PLAIN}x".into(),
+                            ..Default::default()
+                        })
+                        .unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(db.list_blocking().unwrap().len(), 80);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        // A group-readable file stays group-readable; others lose access.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        db.delete_blocking("u0-0").unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o640);
+    }
 
     #[test]
     fn lines_with_colons_in_extra_fields_parse() {
