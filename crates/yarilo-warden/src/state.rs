@@ -103,6 +103,12 @@ impl Default for MemoryState {
     }
 }
 
+/// IPs whose auth failures one replica tracks at most (as auth's own
+/// penalty table). An attacker spraying source addresses fills it; then
+/// the expired entries go first, then the tenth that expires soonest, so
+/// the cost of making room stays amortized O(1) per failure.
+pub const MAX_PENALTY_IPS: usize = 100_000;
+
 fn over(limit: u64, current: usize) -> bool {
     limit > 0 && current as u64 >= limit
 }
@@ -127,6 +133,32 @@ impl MemoryState {
             }
             None => 0,
         }
+    }
+
+    /// Shrinks a full penalty table: expired entries, then (if that was
+    /// not enough) the tenth of the rest that would expire soonest.
+    fn make_room(penalty: &mut HashMap<IpAddr, (u64, Instant)>) {
+        let now = Instant::now();
+        penalty.retain(|_, (_, exp)| *exp > now);
+        if penalty.len() < MAX_PENALTY_IPS {
+            return;
+        }
+        let mut by_expiry: Vec<(Instant, IpAddr)> =
+            penalty.iter().map(|(ip, (_, e))| (*e, *ip)).collect();
+        let cut = MAX_PENALTY_IPS / 10;
+        by_expiry.select_nth_unstable(cut);
+        for (_, ip) in &by_expiry[..cut] {
+            penalty.remove(ip);
+        }
+        tracing::warn!(
+            tracked = penalty.len(),
+            "warden penalty table full (source addresses sprayed?): forgot the IPs closest to expiry"
+        );
+    }
+
+    /// IPs with a live or expired-but-unswept penalty entry.
+    pub fn penalty_tracked(&self) -> usize {
+        self.tables().penalty.len()
     }
 
     fn session_admit(t: &Tables, user: &str, ip: IpAddr, limits: &WardenLimits) -> Admit {
@@ -258,6 +290,9 @@ impl WardenState for MemoryState {
     ) -> BoxFuture<'a, Result<u64, StateError>> {
         let mut t = self.tables();
         let n = Self::penalty_now(&mut t, ip) + 1;
+        if n == 1 && t.penalty.len() >= MAX_PENALTY_IPS {
+            Self::make_room(&mut t.penalty);
+        }
         t.penalty.insert(ip, (n, Instant::now() + ttl));
         ready(n)
     }
@@ -284,6 +319,43 @@ impl WardenState for MemoryState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_penalty_table_stays_bounded_under_ip_spraying() {
+        let s = MemoryState::new();
+        let ttl = Duration::from_secs(60);
+        let v4 = |i: u32| IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + i));
+        // A repeat offender first: its entry must survive the spraying.
+        for _ in 0..5 {
+            s.auth_fail(v4(0), ttl).await.unwrap();
+        }
+        tokio::time::advance(Duration::from_secs(30)).await;
+        for i in 1..=(3 * MAX_PENALTY_IPS as u32) {
+            s.auth_fail(v4(i), ttl).await.unwrap();
+            if i % 1000 == 0 {
+                tokio::time::advance(Duration::from_millis(1)).await;
+                s.auth_fail(v4(0), ttl).await.unwrap();
+            }
+            assert!(s.penalty_tracked() <= MAX_PENALTY_IPS);
+        }
+        assert!(
+            s.penalty_tracked() > MAX_PENALTY_IPS / 2,
+            "{}",
+            s.penalty_tracked()
+        );
+        assert!(
+            s.penalty(v4(0)).await.unwrap() > 5,
+            "the active offender is still counted"
+        );
+        // The newest sprayed address is counted too.
+        assert_eq!(s.penalty(v4(3 * MAX_PENALTY_IPS as u32)).await.unwrap(), 1);
+        // Expired entries are swept first when room is needed.
+        tokio::time::advance(Duration::from_secs(61)).await;
+        s.auth_fail(v4(3 * MAX_PENALTY_IPS as u32 + 1), ttl)
+            .await
+            .unwrap();
+        assert!(s.penalty_tracked() <= MAX_PENALTY_IPS);
+    }
 
     fn limits() -> WardenLimits {
         WardenLimits {
