@@ -325,9 +325,10 @@ pub struct LookupLoad {
     pub tag: String,
 }
 
-/// One fault: what, to whom, when.
+/// One fault: what, to whom, when. (Unknown keys are refused by the
+/// fault's own variant: `deny_unknown_fields` cannot sit on a struct with
+/// a flattened field.)
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub struct Fault {
     /// Seconds after the workload starts.
     pub at_seconds: f64,
@@ -465,7 +466,6 @@ pub enum Capability {
 
 /// A checker and the verdict it must reach.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub struct Check {
     #[serde(flatten)]
     pub kind: CheckKind,

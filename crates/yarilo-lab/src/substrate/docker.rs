@@ -346,6 +346,18 @@ impl PodRuntime for DockerRuntime {
     }
 
     async fn remove_container(&self, container: &str) -> Result<()> {
+        // Kill, wait for the engine to see the exit, then remove: removing
+        // a container while its exit is still being handled can leave a
+        // stale network endpoint behind (Docker 20.10).
+        let _ = self.signal(container, Signal::Kill).await;
+        for _ in 0..50 {
+            match self.state(container).await {
+                Ok(ContainerState::Running) | Ok(ContainerState::Paused) => {
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
+                _ => break,
+            }
+        }
         let r = self
             .docker
             .remove_container(
@@ -364,6 +376,25 @@ impl PodRuntime for DockerRuntime {
     async fn remove_sandbox(&self, sandbox: &str) -> Result<()> {
         self.pids.lock().map_err(poisoned)?.remove(sandbox);
         self.hooked.lock().map_err(poisoned)?.remove(sandbox);
+        let _ = self.signal(sandbox, Signal::Kill).await;
+        for _ in 0..50 {
+            match self.state(sandbox).await {
+                Ok(ContainerState::Running) | Ok(ContainerState::Paused) => {
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
+                _ => break,
+            }
+        }
+        let _ = self
+            .docker
+            .disconnect_network(
+                &self.network,
+                bollard::models::NetworkDisconnectRequest {
+                    container: sandbox.to_string(),
+                    force: Some(true),
+                },
+            )
+            .await;
         self.remove_container(sandbox).await
     }
 
@@ -520,8 +551,21 @@ async fn remove_run(docker: &Docker, suffix: &str) -> Result<usize> {
             .as_ref()
             .is_some_and(|l| l.contains_key("yarilo-lab.container"))
     });
+    let net = format!("ylab-{suffix}");
     for c in apps.into_iter().chain(sandboxes) {
         if let Some(id) = c.id {
+            let _ = docker
+                .kill_container(&id, Some(KillContainerOptionsBuilder::new().signal("SIGKILL").build()))
+                .await;
+            let _ = docker
+                .disconnect_network(
+                    &net,
+                    bollard::models::NetworkDisconnectRequest {
+                        container: id.clone(),
+                        force: Some(true),
+                    },
+                )
+                .await;
             let r = docker
                 .remove_container(
                     &id,
@@ -538,8 +582,13 @@ async fn remove_run(docker: &Docker, suffix: &str) -> Result<usize> {
         .await?;
     for net in nets {
         if let Some(name) = net.name {
-            if docker.remove_network(&name).await.is_ok() {
-                n += 1;
+            // The engine may still be detaching the last endpoints.
+            for _ in 0..20 {
+                if docker.remove_network(&name).await.is_ok() {
+                    n += 1;
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
             }
         }
     }
