@@ -30,20 +30,33 @@ pub fn restore_text(rules: &NetRules, first: bool) -> String {
             // hang, so the filter part below rejects).
             continue;
         }
-        for (i, (ip, port)) in r.endpoints.iter().enumerate() {
+        let mut eps = r.endpoints.clone();
+        if let Some(o) = rules.round_robin {
+            eps.rotate_left(o as usize % n);
+        }
+        for (i, (ip, port)) in eps.iter().enumerate() {
             let left = n - i;
             let mut line = format!(
                 "-A {SVC_CHAIN} -d {}/32 -p tcp --dport {}",
                 r.vip, r.port
             );
             if left > 1 {
-                // The i-th of n rules catches 1/(n-i) of what reaches it,
-                // so every endpoint gets 1/n.
-                let _ = write!(
-                    line,
-                    " -m statistic --mode random --probability {:.10}",
-                    1.0 / left as f64
-                );
+                // The i-th of n rules catches 1/(n-i) of what reaches it
+                // (at random, or every (n-i)-th packet that reaches it),
+                // so every endpoint gets 1/n. Only a connection's first
+                // packet traverses nat; conntrack carries the rest.
+                match rules.round_robin {
+                    None => {
+                        let _ = write!(
+                            line,
+                            " -m statistic --mode random --probability {:.10}",
+                            1.0 / left as f64
+                        );
+                    }
+                    Some(_) => {
+                        let _ = write!(line, " -m statistic --mode nth --every {left} --packet 0");
+                    }
+                }
             }
             let _ = write!(line, " -j DNAT --to-destination {ip}:{port}");
             s.push_str(&line);
@@ -92,6 +105,7 @@ mod tests {
                 ],
             }],
             blocked: vec!["10.9.0.7".parse().unwrap()],
+            round_robin: None,
         };
         let t = restore_text(&rules, true);
         assert!(t.contains("--probability 0.3333333333 -j DNAT --to-destination 10.9.0.2:9102"));
@@ -101,6 +115,10 @@ mod tests {
         assert!(t.contains("-A YLAB-PARTITION -d 10.9.0.7/32 -j DROP"));
         let again = restore_text(&rules, false);
         assert!(!again.contains("-A OUTPUT"));
+        let rr = NetRules { round_robin: Some(1), ..rules };
+        let t = restore_text(&rr, false);
+        assert!(t.contains("--mode nth --every 3 --packet 0 -j DNAT --to-destination 10.9.0.3:9102"), "{t}");
+        assert!(t.contains("--mode nth --every 2 --packet 0 -j DNAT --to-destination 10.9.0.4:9102"));
     }
 
     #[test]
@@ -112,6 +130,7 @@ mod tests {
                 endpoints: vec![],
             }],
             blocked: vec![],
+            round_robin: None,
         };
         let t = restore_text(&rules, false);
         assert!(t.contains("--dport 24 -j REJECT"));

@@ -187,7 +187,8 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<Outcome> {
     s.check_substrate(kind, rt.capabilities()).map_err(|e| anyhow!(e))?;
     let start = Instant::now();
     let start_wall = SystemTime::now();
-    let cluster = Cluster::new(rt, objects, s.topology.mutations.clone(), &state, &s.topology.namespace, s.seed, start)?;
+    let round_robin = s.topology.service_proxy == crate::scenario::ServiceProxy::RoundRobin;
+    let cluster = Cluster::new(rt, objects, s.topology.mutations.clone(), round_robin, &state, &s.topology.namespace, s.seed, start)?;
 
     let body = run_body(&s, &cluster, &out, chain.as_ref(), start, start_wall, &mut notes, &images.digests, &opts);
     let result = tokio::select! {
@@ -372,6 +373,7 @@ async fn run_body<R: PodRuntime>(
             CheckKind::Availability { min_success_ratio, max_p99_ms } => checks::availability(&ops, &faults, *min_success_ratio, *max_p99_ms),
             CheckKind::Convergence { bound_seconds } => checks::convergence(&samples, &faults, *bound_seconds),
             CheckKind::Tls { .. } => checks::tls(&probes, current_gen),
+            CheckKind::NoRestarts { workloads } => no_restarts(cluster, workloads, &faults, ready_at.as_millis() as u64),
         };
         results.push(CheckResult::new(c.kind.name(), v, c.expect, summary, figures, violations));
     }
@@ -433,6 +435,46 @@ async fn run_body<R: PodRuntime>(
     }
     summary.push_str(&format!("\n  report: {}", out.display()));
     Ok(Outcome { summary, all_as_expected: all })
+}
+
+/// Container restarts and pod replacements in the given workloads that
+/// no fault aimed at.
+fn no_restarts<R: PodRuntime>(
+    cluster: &Arc<Cluster<R>>,
+    workloads: &[String],
+    faults: &[FaultRecord],
+    offset_ms: u64,
+) -> (checks::Verdict, String, serde_json::Value, Vec<checks::Violation>) {
+    let pods: std::collections::BTreeSet<String> = cluster
+        .pods()
+        .into_iter()
+        .filter(|p| workloads.contains(&p.workload))
+        .map(|p| p.name)
+        .chain(cluster.events().iter().filter(|e| e.event == "created").map(|e| e.pod.clone()))
+        .collect();
+    let prefixes: Vec<String> = workloads
+        .iter()
+        .filter_map(|w| w.split_once('/').map(|(_, n)| format!("{n}-")))
+        .collect();
+    let targeted: std::collections::BTreeSet<&String> = faults.iter().flat_map(|f| f.targets.iter()).collect();
+    let mut v = Vec::new();
+    for e in cluster.events() {
+        if e.time_ms < offset_ms || !pods.contains(&e.pod) || !prefixes.iter().any(|p| e.pod.starts_with(p)) {
+            continue;
+        }
+        let restart = e.event.contains("exited") || e.event.contains("restarting") || e.event.contains("liveness");
+        if restart && !targeted.contains(&e.pod) {
+            let t = e.time_ms - offset_ms;
+            v.push(checks::Violation { from_ms: t, to_ms: t, detail: format!("{}: {}", e.pod, e.event) });
+        }
+    }
+    let verdict = if v.is_empty() { checks::Verdict::True } else { checks::Verdict::False };
+    (
+        verdict,
+        format!("{} restarts in {:?} not caused by a fault", v.len(), workloads),
+        serde_json::json!({ "restarts": v.len() }),
+        v,
+    )
 }
 
 /// The lab's own client identity towards the director port: the admin

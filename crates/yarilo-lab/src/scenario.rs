@@ -135,6 +135,21 @@ pub struct Topology {
     /// Bearer token of the directors' admin API (a Secret key).
     #[serde(default)]
     pub director_api_token: Option<SecretKey>,
+    /// How a ClusterIP Service spreads new connections over its ready
+    /// endpoints: `random` (kube-proxy's iptables mode, the default) or
+    /// `round_robin` (its IPVS `rr` mode: each pod's successive
+    /// connections take successive endpoints, pods starting one apart in
+    /// creation order).
+    #[serde(default)]
+    pub service_proxy: ServiceProxy,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ServiceProxy {
+    #[default]
+    Random,
+    RoundRobin,
 }
 
 fn default_namespace() -> String {
@@ -233,6 +248,9 @@ pub enum Mutation {
         #[serde(default)]
         per_pod: Vec<String>,
     },
+    /// Replace a pod volume's source with an emptyDir (node-local,
+    /// per-pod storage instead of, say, the tag's shared RWX claim).
+    LocalVolume { workload: String, volume: String },
     /// Merge YAML into a config file held in a ConfigMap key.
     Config {
         config_map: String,
@@ -499,6 +517,9 @@ pub enum CheckKind {
         min_success_ratio: f64,
         max_p99_ms: f64,
     },
+    /// No container of these workloads restarted or was replaced other
+    /// than by a fault aimed at it (components recover on their own).
+    NoRestarts { workloads: Vec<String> },
     /// Every internal listener presents a certificate of the chain in use
     /// and refuses a client without one: every endpoint of these Service
     /// ports is probed after the run.
@@ -518,6 +539,7 @@ impl CheckKind {
             CheckKind::Convergence { .. } => "convergence",
             CheckKind::Availability { .. } => "availability",
             CheckKind::Tls { .. } => "tls",
+            CheckKind::NoRestarts { .. } => "no_restarts",
         }
     }
 }

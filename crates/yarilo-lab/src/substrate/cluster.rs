@@ -77,6 +77,8 @@ pub struct PodInfo {
 
 struct PodEntry {
     info: PodInfo,
+    /// Creation order (round-robin start of its Service picks).
+    seq: u32,
     /// Set to ask the pod's kubelet task to delete it (`true`: graceful).
     delete: watch::Sender<Option<bool>>,
     /// Ports by name, per container, for Service targetPorts.
@@ -104,6 +106,7 @@ struct State {
     next_partition: u64,
     rng: StdRng,
     applied: BTreeMap<String, NetRules>,
+    created: u32,
 }
 
 pub struct Cluster<R: PodRuntime> {
@@ -111,6 +114,7 @@ pub struct Cluster<R: PodRuntime> {
     state: Arc<Mutex<State>>,
     objects: Arc<Mutex<Objects>>,
     mutations: Vec<Mutation>,
+    round_robin: bool,
     dir: PathBuf,
     pub namespace: String,
     start: Instant,
@@ -130,6 +134,7 @@ impl<R: PodRuntime> Cluster<R> {
         rt: R,
         objects: Objects,
         mutations: Vec<Mutation>,
+        round_robin: bool,
         dir: &Path,
         namespace: &str,
         seed: u64,
@@ -161,6 +166,24 @@ impl<R: PodRuntime> Cluster<R> {
                 cm.insert(key.clone(), out);
             }
         }
+        for m in &mutations {
+            if let Mutation::LocalVolume { workload, volume } = m {
+                let w = objects
+                    .workload_mut(workload)
+                    .ok_or_else(|| LabError::Manifest(format!("mutation: no workload {workload}")))?;
+                let v = w
+                    .template
+                    .spec
+                    .volumes
+                    .iter_mut()
+                    .find(|v| &v.name == volume)
+                    .ok_or_else(|| LabError::Manifest(format!("mutation: {workload} has no volume {volume}")))?;
+                v.persistent_volume_claim = None;
+                v.config_map = None;
+                v.secret = None;
+                v.empty_dir = Some(serde_yaml::Value::Mapping(Default::default()));
+            }
+        }
         let mut workloads = BTreeMap::new();
         for w in &objects.workloads {
             workloads.insert(
@@ -188,9 +211,11 @@ impl<R: PodRuntime> Cluster<R> {
                 next_partition: 1,
                 rng: StdRng::seed_from_u64(seed),
                 applied: BTreeMap::new(),
+                created: 0,
             })),
             objects: Arc::new(Mutex::new(objects)),
             mutations,
+            round_robin,
             dir: dir.to_path_buf(),
             namespace: namespace.to_string(),
             start,
@@ -388,6 +413,7 @@ impl<R: PodRuntime> Cluster<R> {
                 out.push((i.name.clone(), SocketAddr::new(ip, t)));
             }
         }
+        out.sort_by_key(|(_, a)| *a);
         out
     }
 
@@ -786,14 +812,20 @@ impl<R: PodRuntime> Cluster<R> {
             container_ids: Vec::new(),
             current: BTreeMap::new(),
         };
-        lock(&self.state).pods.insert(
-            name.to_string(),
-            PodEntry {
-                info,
-                delete: tx,
-                ports,
-            },
-        );
+        {
+            let mut st = lock(&self.state);
+            let seq = st.created;
+            st.created += 1;
+            st.pods.insert(
+                name.to_string(),
+                PodEntry {
+                    info,
+                    seq,
+                    delete: tx,
+                    ports,
+                },
+            );
+        }
         self.event(name, "created");
         let me = self.clone();
         let pod = name.to_string();
@@ -1373,6 +1405,11 @@ impl<R: PodRuntime> Cluster<R> {
             }
         }
         for (pod, sandbox) in pods {
+            let round_robin = if self.round_robin {
+                lock(&self.state).pods.get(&pod).map(|p| p.seq)
+            } else {
+                None
+            };
             let blocked = {
                 let st = lock(&self.state);
                 let ip_of = |n: &String| st.pods.get(n).and_then(|p| p.info.ip);
@@ -1392,6 +1429,7 @@ impl<R: PodRuntime> Cluster<R> {
             let rules = NetRules {
                 services: vip_rules.clone(),
                 blocked,
+                round_robin,
             };
             let same = lock(&self.state).applied.get(&pod) == Some(&rules);
             if same {

@@ -96,6 +96,8 @@ pub enum ContainerState {
 pub struct NetRules {
     pub services: Vec<VipRule>,
     pub blocked: Vec<IpAddr>,
+    /// Round-robin start for this pod (`None`: random picks).
+    pub round_robin: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
