@@ -48,7 +48,11 @@ fn ca_params(cn: &str) -> CertificateParams {
     dn.push(DnType::CommonName, cn);
     p.distinguished_name = dn;
     p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    p.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
     p.not_after = rcgen::date_time_ymd(2036, 1, 1);
     p
 }
@@ -56,7 +60,9 @@ fn ca_params(cn: &str) -> CertificateParams {
 impl Chain {
     pub fn new(plan: &InternalTlsPlan) -> Result<Chain> {
         let key = KeyPair::generate().map_err(err)?;
-        let cert = ca_params("yarilo lab root").self_signed(&key).map_err(err)?;
+        let cert = ca_params("yarilo lab root")
+            .self_signed(&key)
+            .map_err(err)?;
         let root_pem = cert.pem();
         let root_der = cert.der().to_vec();
         for r in &plan.roles {
@@ -95,17 +101,24 @@ impl Chain {
             dn.push(DnType::CommonName, format!("{role} (generation {number})"));
             p.distinguished_name = dn;
             p.not_after = rcgen::date_time_ymd(2036, 1, 1);
-            p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+            p.extended_key_usages = vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ];
             for n in &names {
                 p.subject_alt_names
                     .push(SanType::DnsName(n.as_str().try_into().map_err(err)?));
             }
             let uri = yarilo_tls::Role::from_str(role).map_err(err)?.uri();
-            p.subject_alt_names.push(SanType::URI(uri.try_into().map_err(err)?));
+            p.subject_alt_names
+                .push(SanType::URI(uri.try_into().map_err(err)?));
             let key = KeyPair::generate().map_err(err)?;
             let cert = p.signed_by(&key, &icert, &ikey).map_err(err)?;
             let chain = format!("{}{}", cert.pem(), icert.pem());
-            leaves.insert(role.clone(), (chain, key.serialize_pem(), cert.der().to_vec()));
+            leaves.insert(
+                role.clone(),
+                (chain, key.serialize_pem(), cert.der().to_vec()),
+            );
         }
         self.generations.push(Generation {
             number,
@@ -148,7 +161,10 @@ impl Chain {
 
     /// (chain PEM, key PEM) of a role in the current generation.
     pub fn leaf(&self, role: &str) -> Option<(String, String)> {
-        self.current().leaves.get(role).map(|(c, k, _)| (c.clone(), k.clone()))
+        self.current()
+            .leaves
+            .get(role)
+            .map(|(c, k, _)| (c.clone(), k.clone()))
     }
 }
 
@@ -162,7 +178,10 @@ mod tests {
         let plan = InternalTlsPlan {
             secret_prefix: "t-".into(),
             server_name: "yarilo-internal".into(),
-            extra_names: BTreeMap::from([("director".to_string(), vec!["lab-director-ring".to_string()])]),
+            extra_names: BTreeMap::from([(
+                "director".to_string(),
+                vec!["lab-director-ring".to_string()],
+            )]),
             roles: vec!["director".into(), "login".into()],
         };
         let mut c = Chain::new(&plan).unwrap();
@@ -178,14 +197,18 @@ mod tests {
         assert_eq!(chain.matches("BEGIN CERTIFICATE").count(), 2);
         // rustls accepts the chain for the pinned name.
         let mut roots = rustls::RootCertStore::empty();
-        roots.add(rustls::pki_types::CertificateDer::from(c.root_der.clone())).unwrap();
+        roots
+            .add(rustls::pki_types::CertificateDer::from(c.root_der.clone()))
+            .unwrap();
         let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
             std::sync::Arc::new(roots),
             std::sync::Arc::new(rustls::crypto::ring::default_provider()),
         )
         .build()
         .unwrap();
-        let certs: Vec<_> = rustls_pemfile::certs(&mut chain.as_bytes()).map(|c| c.unwrap()).collect();
+        let certs: Vec<_> = rustls_pemfile::certs(&mut chain.as_bytes())
+            .map(|c| c.unwrap())
+            .collect();
         verifier
             .verify_server_cert(
                 &certs[0],

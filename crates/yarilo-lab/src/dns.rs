@@ -27,7 +27,10 @@ impl<R: crate::substrate::PodRuntime> Resolve for crate::substrate::cluster::Clu
 const TTL: u32 = 5;
 
 /// Serves UDP and TCP on `addr` until the task is dropped.
-pub async fn serve(addr: SocketAddr, resolver: Arc<dyn Resolve>) -> std::io::Result<tokio::task::JoinHandle<()>> {
+pub async fn serve(
+    addr: SocketAddr,
+    resolver: Arc<dyn Resolve>,
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let udp = UdpSocket::bind(addr).await?;
     let tcp = tokio::net::TcpListener::bind(addr).await?;
     let r2 = resolver.clone();
@@ -123,7 +126,9 @@ pub fn answer(q: &[u8], r: &dyn Resolve, limit: usize) -> Option<Vec<u8>> {
     let question = &q[12..end + 4];
     let found = if qclass == 1 { r.lookup(&name) } else { None };
     let mut answers: Vec<IpAddr> = match (&found, qtype) {
-        (Some(ips), 1) | (Some(ips), 255) => ips.iter().filter(|ip| ip.is_ipv4()).copied().collect(),
+        (Some(ips), 1) | (Some(ips), 255) => {
+            ips.iter().filter(|ip| ip.is_ipv4()).copied().collect()
+        }
         (Some(ips), 28) => ips.iter().filter(|ip| ip.is_ipv6()).copied().collect(),
         _ => Vec::new(),
     };

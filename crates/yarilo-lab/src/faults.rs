@@ -26,7 +26,9 @@ pub fn select<R: PodRuntime>(c: &Cluster<R>, s: &PodSelector) -> Result<Vec<Stri
         // all its pods are there).
         Pick::Index(i) => vec![pods
             .get(*i as usize)
-            .ok_or_else(|| LabError::Substrate(format!("{}: fewer than {} live pods", s.workload, i + 1)))?
+            .ok_or_else(|| {
+                LabError::Substrate(format!("{}: fewer than {} live pods", s.workload, i + 1))
+            })?
             .name
             .clone()],
     })
@@ -183,13 +185,20 @@ impl<R: PodRuntime> FaultEnv<'_, R> {
                         .pods_of(&plan.redis)
                         .into_iter()
                         .find(|p| p.labels.get("role").map(String::as_str) == Some("master"));
-                    if let Some(p) = now.filter(|p| p.name != primary.name || p.index != primary.index) {
+                    if let Some(p) =
+                        now.filter(|p| p.name != primary.name || p.index != primary.index)
+                    {
                         if p.name != primary.name {
-                            return Ok(format!("primary {} killed; {} promoted", primary.name, p.name));
+                            return Ok(format!(
+                                "primary {} killed; {} promoted",
+                                primary.name, p.name
+                            ));
                         }
                     }
                     if Instant::now() > deadline {
-                        return Err(LabError::Substrate("Sentinel promoted no replica within 60s".into()));
+                        return Err(LabError::Substrate(
+                            "Sentinel promoted no replica within 60s".into(),
+                        ));
                     }
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
@@ -204,9 +213,9 @@ impl<R: PodRuntime> FaultEnv<'_, R> {
                 Ok("one locks replica killed".into())
             }
             FaultAction::CertRotation { restart } => {
-                let chain = self
-                    .chain
-                    .ok_or_else(|| LabError::Substrate("cert_rotation needs topology.internal_tls".into()))?;
+                let chain = self.chain.ok_or_else(|| {
+                    LabError::Substrate("cert_rotation needs topology.internal_tls".into())
+                })?;
                 let secrets = {
                     let mut ch = chain.lock().await;
                     ch.rotate()?;
@@ -238,7 +247,9 @@ impl<R: PodRuntime> FaultEnv<'_, R> {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(LabError::Substrate(format!("{workload}: not at {n} ready replicas in time")));
+                return Err(LabError::Substrate(format!(
+                    "{workload}: not at {n} ready replicas in time"
+                )));
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -248,7 +259,11 @@ impl<R: PodRuntime> FaultEnv<'_, R> {
 /// The relabelling hook: every 500 ms asks a Sentinel which pod is the
 /// primary and moves the `role=master` label there (what a
 /// Sentinel-aware chart's client-reconfig script does).
-pub async fn follow_sentinel<R: PodRuntime>(c: Arc<Cluster<R>>, plan: SentinelPlan, mut stop: tokio::sync::watch::Receiver<bool>) {
+pub async fn follow_sentinel<R: PodRuntime>(
+    c: Arc<Cluster<R>>,
+    plan: SentinelPlan,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
     loop {
         if let Some(ip) = sentinel_primary(&c, &plan).await {
             for p in c.pods_of(&plan.redis) {
@@ -285,7 +300,10 @@ async fn sentinel_primary<R: PodRuntime>(c: &Cluster<R>, plan: &SentinelPlan) ->
             let text = String::from_utf8_lossy(&buf[..n]).to_string();
             // *2\r\n$<n>\r\n<ip>\r\n$<n>\r\n<port>\r\n
             let parts: Vec<&str> = text.split("\r\n").collect();
-            parts.get(2).map(|s| s.to_string()).filter(|s| !s.is_empty())
+            parts
+                .get(2)
+                .map(|s| s.to_string())
+                .filter(|s| !s.is_empty())
         };
         if let Ok(Some(ip)) = tokio::time::timeout(Duration::from_secs(1), r).await {
             return Some(ip);

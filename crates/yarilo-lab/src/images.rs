@@ -22,10 +22,24 @@ use crate::{LabError, Result};
 #[derive(Debug, Clone)]
 pub enum Entry {
     /// Copied from the host (symlinks followed).
-    Host { src: PathBuf, dst: String, mode: u32 },
-    Data { dst: String, data: Vec<u8>, mode: u32 },
-    Symlink { dst: String, target: String },
-    Dir { dst: String, mode: u32 },
+    Host {
+        src: PathBuf,
+        dst: String,
+        mode: u32,
+    },
+    Data {
+        dst: String,
+        data: Vec<u8>,
+        mode: u32,
+    },
+    Symlink {
+        dst: String,
+        target: String,
+    },
+    Dir {
+        dst: String,
+        mode: u32,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -93,15 +107,25 @@ fn base_entries() -> Vec<Entry> {
             mode: 0o644,
         },
     ];
-    e.push(Entry::Dir { dst: "root".into(), mode: 0o700 });
+    e.push(Entry::Dir {
+        dst: "root".into(),
+        mode: 0o700,
+    });
     e
 }
 
 fn with_closure(entries: &mut Vec<Entry>, binary: &Path) -> Result<()> {
     for lib in closure(binary)? {
         let dst = lib.to_string_lossy().trim_start_matches('/').to_string();
-        if !entries.iter().any(|e| matches!(e, Entry::Host { dst: d, .. } if d == &dst)) {
-            entries.push(Entry::Host { src: lib, dst, mode: 0o755 });
+        if !entries
+            .iter()
+            .any(|e| matches!(e, Entry::Host { dst: d, .. } if d == &dst))
+        {
+            entries.push(Entry::Host {
+                src: lib,
+                dst,
+                mode: 0o755,
+            });
         }
     }
     Ok(())
@@ -117,16 +141,35 @@ pub fn yarilo_spec(binary: &Path) -> Result<ImageSpec> {
         mode: 0o755,
     });
     for c in [
-        "single", "config", "auth", "locks", "warden", "director", "backend-reg", "imap",
-        "imap-login", "pop3", "pop3-login", "submission", "submission-login", "lmtp", "lmtp-login",
+        "single",
+        "config",
+        "auth",
+        "locks",
+        "warden",
+        "director",
+        "backend-reg",
+        "imap",
+        "imap-login",
+        "pop3",
+        "pop3-login",
+        "submission",
+        "submission-login",
+        "lmtp",
+        "lmtp-login",
     ] {
         entries.push(Entry::Symlink {
             dst: format!("usr/local/bin/yarilo-{c}"),
             target: "yarilo".into(),
         });
     }
-    entries.push(Entry::Dir { dst: "var/lib/yarilo".into(), mode: 0o755 });
-    entries.push(Entry::Dir { dst: "run/yarilo".into(), mode: 0o755 });
+    entries.push(Entry::Dir {
+        dst: "var/lib/yarilo".into(),
+        mode: 0o755,
+    });
+    entries.push(Entry::Dir {
+        dst: "run/yarilo".into(),
+        mode: 0o755,
+    });
     with_closure(&mut entries, binary)?;
     Ok(ImageSpec {
         entries,
@@ -150,21 +193,41 @@ pub fn redis_spec() -> Result<ImageSpec> {
                  (run scripts/setup-dev)"
             )));
         }
-        entries.push(Entry::Host { src: p.to_path_buf(), dst: dst.into(), mode: 0o755 });
+        entries.push(Entry::Host {
+            src: p.to_path_buf(),
+            dst: dst.into(),
+            mode: 0o755,
+        });
         with_closure(&mut entries, p)?;
     }
-    entries.push(Entry::Symlink { dst: "usr/bin/redis-sentinel".into(), target: "redis-server".into() });
+    entries.push(Entry::Symlink {
+        dst: "usr/bin/redis-sentinel".into(),
+        target: "redis-server".into(),
+    });
     let busybox = Path::new("/bin/busybox");
     if !busybox.exists() {
         return Err(LabError::Substrate(
             "/bin/busybox is missing: install busybox-static (scripts/setup-dev)".into(),
         ));
     }
-    entries.push(Entry::Host { src: busybox.to_path_buf(), dst: "bin/busybox".into(), mode: 0o755 });
-    for tool in ["sh", "cp", "cat", "sleep", "mkdir", "echo", "sed", "grep", "ls", "test", "hostname", "kill"] {
-        entries.push(Entry::Symlink { dst: format!("bin/{tool}"), target: "busybox".into() });
+    entries.push(Entry::Host {
+        src: busybox.to_path_buf(),
+        dst: "bin/busybox".into(),
+        mode: 0o755,
+    });
+    for tool in [
+        "sh", "cp", "cat", "sleep", "mkdir", "echo", "sed", "grep", "ls", "test", "hostname",
+        "kill",
+    ] {
+        entries.push(Entry::Symlink {
+            dst: format!("bin/{tool}"),
+            target: "busybox".into(),
+        });
     }
-    entries.push(Entry::Dir { dst: "data".into(), mode: 0o777 });
+    entries.push(Entry::Dir {
+        dst: "data".into(),
+        mode: 0o777,
+    });
     Ok(ImageSpec {
         entries,
         entrypoint: vec!["/usr/bin/redis-server".into()],
@@ -176,7 +239,11 @@ pub fn redis_spec() -> Result<ImageSpec> {
 pub fn helper_spec() -> Result<ImageSpec> {
     let me = std::env::current_exe().map_err(LabError::io("current_exe"))?;
     let mut entries = base_entries();
-    entries.push(Entry::Host { src: me.clone(), dst: "usr/local/bin/yarilo-lab".into(), mode: 0o755 });
+    entries.push(Entry::Host {
+        src: me.clone(),
+        dst: "usr/local/bin/yarilo-lab".into(),
+        mode: 0o755,
+    });
     with_closure(&mut entries, &me)?;
     Ok(ImageSpec {
         entries,
@@ -236,15 +303,18 @@ pub fn layer(spec: &ImageSpec) -> Result<Vec<u8>> {
                     .and_then(|mut f| f.read_to_end(&mut data))
                     .map_err(LabError::io(src))?;
                 let mut h = header(tar::EntryType::Regular, data.len() as u64, *mode);
-                b.append_data(&mut h, &dst, data.as_slice()).map_err(LabError::io(&dst))?;
+                b.append_data(&mut h, &dst, data.as_slice())
+                    .map_err(LabError::io(&dst))?;
             }
             Entry::Data { data, mode, .. } => {
                 let mut h = header(tar::EntryType::Regular, data.len() as u64, *mode);
-                b.append_data(&mut h, &dst, data.as_slice()).map_err(LabError::io(&dst))?;
+                b.append_data(&mut h, &dst, data.as_slice())
+                    .map_err(LabError::io(&dst))?;
             }
             Entry::Symlink { target, .. } => {
                 let mut h = header(tar::EntryType::Symlink, 0, 0o777);
-                b.append_link(&mut h, &dst, target).map_err(LabError::io(&dst))?;
+                b.append_link(&mut h, &dst, target)
+                    .map_err(LabError::io(&dst))?;
             }
             Entry::Dir { .. } => {}
         }
@@ -274,12 +344,16 @@ pub fn archive(spec: &ImageSpec, reference: &str) -> Result<(Vec<u8>, String)> {
     let mut b = tar::Builder::new(Vec::new());
     let mut add = |name: &str, data: &[u8]| -> Result<()> {
         let mut h = header(tar::EntryType::Regular, data.len() as u64, 0o644);
-        b.append_data(&mut h, name, data).map_err(LabError::io(name))
+        b.append_data(&mut h, name, data)
+            .map_err(LabError::io(name))
     };
     add(&format!("{config_id}.json"), &config)?;
     add(&format!("{diff}/layer.tar"), &layer)?;
     add("manifest.json", &manifest)?;
-    Ok((b.into_inner().map_err(LabError::io("archive"))?, format!("sha256:{config_id}")))
+    Ok((
+        b.into_inner().map_err(LabError::io("archive"))?,
+        format!("sha256:{config_id}"),
+    ))
 }
 
 /// Loads an archive into the engine.
@@ -303,7 +377,11 @@ pub fn retag_archive(data: &[u8], reference: &str) -> Result<(Vec<u8>, Vec<Strin
     let mut config = String::new();
     for entry in a.entries().map_err(LabError::io("archive"))? {
         let mut entry = entry.map_err(LabError::io("archive"))?;
-        let path = entry.path().map_err(LabError::io("archive"))?.to_string_lossy().to_string();
+        let path = entry
+            .path()
+            .map_err(LabError::io("archive"))?
+            .to_string_lossy()
+            .to_string();
         let mut buf = Vec::new();
         entry.read_to_end(&mut buf).map_err(LabError::io(&path))?;
         let mut h = entry.header().clone();
@@ -312,19 +390,36 @@ pub fn retag_archive(data: &[u8], reference: &str) -> Result<(Vec<u8>, Vec<Strin
                 .map_err(|e| LabError::Other(format!("manifest.json: {e}")))?;
             if let Some(first) = m.as_array_mut().and_then(|a| a.first_mut()) {
                 if let Some(tags) = first.get("RepoTags").and_then(|t| t.as_array()) {
-                    old = tags.iter().filter_map(|t| t.as_str().map(String::from)).collect();
+                    old = tags
+                        .iter()
+                        .filter_map(|t| t.as_str().map(String::from))
+                        .collect();
                 }
-                config = first.get("Config").and_then(|c| c.as_str()).unwrap_or("").to_string();
+                config = first
+                    .get("Config")
+                    .and_then(|c| c.as_str())
+                    .unwrap_or("")
+                    .to_string();
                 first["RepoTags"] = serde_json::json!([reference]);
             }
             buf = serde_json::to_vec(&m).map_err(|e| LabError::Other(e.to_string()))?;
             h.set_size(buf.len() as u64);
             h.set_cksum();
         }
-        out.append_data(&mut h, &path, buf.as_slice()).map_err(LabError::io(&path))?;
+        out.append_data(&mut h, &path, buf.as_slice())
+            .map_err(LabError::io(&path))?;
     }
-    let digest = config.trim_end_matches(".json").rsplit('/').next().unwrap_or("").to_string();
-    Ok((out.into_inner().map_err(LabError::io("archive"))?, old, format!("sha256:{digest}")))
+    let digest = config
+        .trim_end_matches(".json")
+        .rsplit('/')
+        .next()
+        .unwrap_or("")
+        .to_string();
+    Ok((
+        out.into_inner().map_err(LabError::io("archive"))?,
+        old,
+        format!("sha256:{digest}"),
+    ))
 }
 
 /// Images for a run: from an `images/build` directory, or assembled.
@@ -357,7 +452,10 @@ pub async fn prepare(
         }
         for f in files {
             let data = std::fs::read(&f).map_err(LabError::io(&f))?;
-            let stem = f.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
+            let stem = f
+                .file_stem()
+                .map(|s| s.to_string_lossy().to_string())
+                .unwrap_or_default();
             let reference = format!("{prefix}/{stem}:lab");
             let (data, old, digest) = retag_archive(&data, &reference)?;
             load(docker, data).await?;
@@ -376,7 +474,9 @@ pub async fn prepare(
         if !loaded.by_name.contains_key("redis") {
             let (a, d) = archive(&redis_spec()?, &format!("{prefix}/redis:lab"))?;
             load(docker, a).await?;
-            loaded.by_name.insert("redis".into(), format!("{prefix}/redis:lab"));
+            loaded
+                .by_name
+                .insert("redis".into(), format!("{prefix}/redis:lab"));
             loaded.digests.insert("redis".into(), d);
             loaded.refs.push(format!("{prefix}/redis:lab"));
         }
@@ -407,8 +507,15 @@ mod tests {
     fn a_layer_is_the_same_for_the_same_inputs() {
         let spec = ImageSpec {
             entries: vec![
-                Entry::Data { dst: "etc/x".into(), data: b"1".to_vec(), mode: 0o644 },
-                Entry::Symlink { dst: "usr/bin/y".into(), target: "x".into() },
+                Entry::Data {
+                    dst: "etc/x".into(),
+                    data: b"1".to_vec(),
+                    mode: 0o644,
+                },
+                Entry::Symlink {
+                    dst: "usr/bin/y".into(),
+                    target: "x".into(),
+                },
             ],
             entrypoint: vec!["/x".into()],
             env: vec![],

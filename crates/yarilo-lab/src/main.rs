@@ -8,7 +8,10 @@ use yarilo_lab::runner::{self, RunOptions};
 use yarilo_lab::scenario::{self, SubstrateKind};
 
 #[derive(Parser)]
-#[command(name = "yarilo-lab", about = "Runs lab scenarios against the complete yarilo system")]
+#[command(
+    name = "yarilo-lab",
+    about = "Runs lab scenarios against the complete yarilo system"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -145,7 +148,10 @@ fn main() -> ExitCode {
                 binary,
                 keep,
             };
-            let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+            let rt = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
                 Ok(rt) => rt,
                 Err(e) => {
                     eprintln!("yarilo-lab: {e}");

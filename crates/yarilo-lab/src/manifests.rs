@@ -628,7 +628,10 @@ impl Objects {
                 for k in c.other.keys() {
                     if !matches!(
                         k.as_str(),
-                        "resources" | "securityContext" | "imagePullPolicy" | "lifecycle"
+                        "resources"
+                            | "securityContext"
+                            | "imagePullPolicy"
+                            | "lifecycle"
                             | "terminationMessagePolicy"
                     ) {
                         notes.push(format!(
@@ -642,7 +645,10 @@ impl Objects {
         }
         for s in &self.services {
             if s.selector.is_empty() {
-                notes.push(format!("Service/{}: no selector (no endpoints)", s.meta.name));
+                notes.push(format!(
+                    "Service/{}: no selector (no endpoints)",
+                    s.meta.name
+                ));
                 continue;
             }
             let any = self
@@ -664,7 +670,10 @@ impl Objects {
 }
 
 /// Whether every selector label is on the pod.
-pub fn labels_match(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
+pub fn labels_match(
+    selector: &BTreeMap<String, String>,
+    labels: &BTreeMap<String, String>,
+) -> bool {
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
@@ -751,8 +760,14 @@ spec:
     #[test]
     fn a_service_selecting_nothing_is_refused() {
         let mut o = Objects::default();
-        o.add_yaml(&SAMPLE.replace("selector: { app: backend }\n  ports", "selector: { app: nope }\n  ports"), "r")
-            .unwrap();
+        o.add_yaml(
+            &SAMPLE.replace(
+                "selector: { app: backend }\n  ports",
+                "selector: { app: nope }\n  ports",
+            ),
+            "r",
+        )
+        .unwrap();
         assert!(o.validate().is_err());
     }
 }

@@ -36,10 +36,7 @@ pub fn restore_text(rules: &NetRules, first: bool) -> String {
         }
         for (i, (ip, port)) in eps.iter().enumerate() {
             let left = n - i;
-            let mut line = format!(
-                "-A {SVC_CHAIN} -d {}/32 -p tcp --dport {}",
-                r.vip, r.port
-            );
+            let mut line = format!("-A {SVC_CHAIN} -d {}/32 -p tcp --dport {}", r.vip, r.port);
             if left > 1 {
                 // The i-th of n rules catches 1/(n-i) of what reaches it
                 // (at random, or every (n-i)-th packet that reaches it),
@@ -115,10 +112,18 @@ mod tests {
         assert!(t.contains("-A YLAB-PARTITION -d 10.9.0.7/32 -j DROP"));
         let again = restore_text(&rules, false);
         assert!(!again.contains("-A OUTPUT"));
-        let rr = NetRules { round_robin: Some(1), ..rules };
+        let rr = NetRules {
+            round_robin: Some(1),
+            ..rules
+        };
         let t = restore_text(&rr, false);
-        assert!(t.contains("--mode nth --every 3 --packet 0 -j DNAT --to-destination 10.9.0.3:9102"), "{t}");
-        assert!(t.contains("--mode nth --every 2 --packet 0 -j DNAT --to-destination 10.9.0.4:9102"));
+        assert!(
+            t.contains("--mode nth --every 3 --packet 0 -j DNAT --to-destination 10.9.0.3:9102"),
+            "{t}"
+        );
+        assert!(
+            t.contains("--mode nth --every 2 --packet 0 -j DNAT --to-destination 10.9.0.4:9102")
+        );
     }
 
     #[test]

@@ -51,9 +51,14 @@ struct Lines<S> {
 impl<S: Stream> Lines<S> {
     async fn line(&mut self) -> PResult<String> {
         let mut buf = Vec::new();
-        let n = tokio::time::timeout(OP_TIMEOUT, (&mut self.r).take(MAX_LINE as u64).read_until(b'\n', &mut buf))
-            .await
-            .map_err(|_| ProtoError::Timeout)??;
+        let n = tokio::time::timeout(
+            OP_TIMEOUT,
+            (&mut self.r)
+                .take(MAX_LINE as u64)
+                .read_until(b'\n', &mut buf),
+        )
+        .await
+        .map_err(|_| ProtoError::Timeout)??;
         if n == 0 {
             return Err(ProtoError::Closed);
         }
@@ -93,7 +98,9 @@ pub struct Selected {
 impl<S: Stream> Imap<S> {
     pub async fn start(stream: S) -> PResult<Imap<S>> {
         let mut c = Imap {
-            io: Lines { r: BufReader::new(stream) },
+            io: Lines {
+                r: BufReader::new(stream),
+            },
             next: 1,
         };
         let greeting = c.io.line().await?;
@@ -108,10 +115,12 @@ impl<S: Stream> Imap<S> {
         let mut line = self.io.line().await?;
         loop {
             let Some(open) = line.rfind('{') else { break };
-            let Some(n) = line
-                .strip_suffix('}')
-                .and_then(|_| line[open + 1..line.len() - 1].trim_end_matches('+').parse::<usize>().ok())
-            else {
+            let Some(n) = line.strip_suffix('}').and_then(|_| {
+                line[open + 1..line.len() - 1]
+                    .trim_end_matches('+')
+                    .parse::<usize>()
+                    .ok()
+            }) else {
                 break;
             };
             if n > MAX_LINE {
@@ -123,7 +132,11 @@ impl<S: Stream> Imap<S> {
                 .map_err(|_| ProtoError::Timeout)??;
             line.truncate(open);
             line.push('"');
-            line.push_str(&String::from_utf8_lossy(&lit).replace(['\r', '\n'], " ").replace('"', "'"));
+            line.push_str(
+                &String::from_utf8_lossy(&lit)
+                    .replace(['\r', '\n'], " ")
+                    .replace('"', "'"),
+            );
             line.push('"');
             let more = self.io.line().await?;
             line.push_str(&more);
@@ -136,7 +149,9 @@ impl<S: Stream> Imap<S> {
     pub async fn cmd(&mut self, command: &str) -> PResult<(Vec<String>, String)> {
         let tag = format!("a{}", self.next);
         self.next += 1;
-        self.io.send(format!("{tag} {command}\r\n").as_bytes()).await?;
+        self.io
+            .send(format!("{tag} {command}\r\n").as_bytes())
+            .await?;
         self.collect(&tag).await
     }
 
@@ -158,11 +173,15 @@ impl<S: Stream> Imap<S> {
     }
 
     pub async fn login(&mut self, user: &str, pass: &str) -> PResult<()> {
-        self.cmd(&format!("LOGIN {} {}", quote(user), quote(pass))).await.map(|_| ())
+        self.cmd(&format!("LOGIN {} {}", quote(user), quote(pass)))
+            .await
+            .map(|_| ())
     }
 
     pub async fn select(&mut self, mailbox: &str) -> PResult<Selected> {
-        let (lines, status) = self.cmd(&format!("SELECT {} (CONDSTORE)", quote(mailbox))).await?;
+        let (lines, status) = self
+            .cmd(&format!("SELECT {} (CONDSTORE)", quote(mailbox)))
+            .await?;
         let mut s = Selected::default();
         for l in lines.iter().chain(std::iter::once(&status)) {
             if let Some(n) = l.strip_prefix("* ").and_then(|r| r.strip_suffix(" EXISTS")) {
@@ -208,7 +227,9 @@ impl<S: Stream> Imap<S> {
             .await?;
         let mut out = Vec::new();
         for l in lines {
-            let Some(uid) = fetch_item(&l, "UID") else { continue };
+            let Some(uid) = fetch_item(&l, "UID") else {
+                continue;
+            };
             let mid = l
                 .find("<")
                 .and_then(|i| l[i..].find('>').map(|j| l[i..i + j + 1].to_string()))
@@ -219,8 +240,12 @@ impl<S: Stream> Imap<S> {
     }
 
     pub async fn store_seen(&mut self, uid: u32) -> PResult<Option<u64>> {
-        let (lines, _) = self.cmd(&format!("UID STORE {uid} +FLAGS (\\Seen)")).await?;
-        Ok(lines.iter().find_map(|l| fetch_item(l, "MODSEQ").map(u64::from)))
+        let (lines, _) = self
+            .cmd(&format!("UID STORE {uid} +FLAGS (\\Seen)"))
+            .await?;
+        Ok(lines
+            .iter()
+            .find_map(|l| fetch_item(l, "MODSEQ").map(u64::from)))
     }
 
     /// IDLE until an EXISTS arrives or `wait` passes; returns the EXISTS
@@ -309,8 +334,15 @@ async fn smtp_reply<S: Stream>(io: &mut Lines<S>) -> PResult<String> {
 }
 
 /// Delivers one message to one recipient; the recipient's final reply.
-pub async fn lmtp_deliver<S: Stream>(stream: S, from: &str, rcpt: &str, message: &[u8]) -> PResult<String> {
-    let mut io = Lines { r: BufReader::new(stream) };
+pub async fn lmtp_deliver<S: Stream>(
+    stream: S,
+    from: &str,
+    rcpt: &str,
+    message: &[u8],
+) -> PResult<String> {
+    let mut io = Lines {
+        r: BufReader::new(stream),
+    };
     let greet = smtp_reply(&mut io).await?;
     if !greet.starts_with("220") {
         return Err(ProtoError::Refused(greet));
@@ -320,7 +352,8 @@ pub async fn lmtp_deliver<S: Stream>(stream: S, from: &str, rcpt: &str, message:
     if !l.starts_with("250") {
         return Err(ProtoError::Refused(l));
     }
-    io.send(format!("MAIL FROM:<{from}>\r\n").as_bytes()).await?;
+    io.send(format!("MAIL FROM:<{from}>\r\n").as_bytes())
+        .await?;
     let l = smtp_reply(&mut io).await?;
     if !l.starts_with("250") {
         return Err(ProtoError::Refused(l));
@@ -358,8 +391,16 @@ pub async fn lmtp_deliver<S: Stream>(stream: S, from: &str, rcpt: &str, message:
 
 /// USER/PASS, STAT, UIDL; returns (count, uidls).
 pub async fn pop3_session<S: Stream>(stream: S, user: &str, pass: &str) -> PResult<(u32, usize)> {
-    let mut io = Lines { r: BufReader::new(stream) };
-    let ok = |l: String| if l.starts_with("+OK") { Ok(l) } else { Err(ProtoError::Refused(l)) };
+    let mut io = Lines {
+        r: BufReader::new(stream),
+    };
+    let ok = |l: String| {
+        if l.starts_with("+OK") {
+            Ok(l)
+        } else {
+            Err(ProtoError::Refused(l))
+        }
+    };
     ok(io.line().await?)?;
     io.send(format!("USER {user}\r\n").as_bytes()).await?;
     ok(io.line().await?)?;
@@ -367,7 +408,11 @@ pub async fn pop3_session<S: Stream>(stream: S, user: &str, pass: &str) -> PResu
     ok(io.line().await?)?;
     io.send(b"STAT\r\n").await?;
     let stat = ok(io.line().await?)?;
-    let count: u32 = stat.split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap_or(0);
+    let count: u32 = stat
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
     io.send(b"UIDL\r\n").await?;
     ok(io.line().await?)?;
     let mut n = 0;
@@ -401,7 +446,9 @@ pub struct Director<S> {
 
 impl<S: Stream> Director<S> {
     pub async fn start(stream: S) -> PResult<Director<S>> {
-        let mut io = Lines { r: BufReader::new(stream) };
+        let mut io = Lines {
+            r: BufReader::new(stream),
+        };
         io.send(b"VERSION\tdirector\t1\t0\n").await?;
         let v = io.line().await?;
         if !v.starts_with("VERSION\tdirector\t1") {
@@ -439,11 +486,23 @@ mod tests {
 
     #[test]
     fn response_codes_parse() {
-        assert_eq!(code_value("* OK [UIDVALIDITY 1700000000] UIDs valid", "UIDVALIDITY"), Some(1_700_000_000));
-        assert_eq!(code_value("* OK [HIGHESTMODSEQ 42] Highest", "HIGHESTMODSEQ"), Some(42));
-        assert_eq!(appenduid("OK [APPENDUID 38505 3955] APPEND completed"), Some((38505, 3955)));
+        assert_eq!(
+            code_value("* OK [UIDVALIDITY 1700000000] UIDs valid", "UIDVALIDITY"),
+            Some(1_700_000_000)
+        );
+        assert_eq!(
+            code_value("* OK [HIGHESTMODSEQ 42] Highest", "HIGHESTMODSEQ"),
+            Some(42)
+        );
+        assert_eq!(
+            appenduid("OK [APPENDUID 38505 3955] APPEND completed"),
+            Some((38505, 3955))
+        );
         assert_eq!(fetch_item("* 3 FETCH (UID 17 MODSEQ (9))", "UID"), Some(17));
-        assert_eq!(fetch_item("* 3 FETCH (UID 17 MODSEQ (9))", "MODSEQ"), Some(9));
+        assert_eq!(
+            fetch_item("* 3 FETCH (UID 17 MODSEQ (9))", "MODSEQ"),
+            Some(9)
+        );
     }
 
     #[tokio::test]

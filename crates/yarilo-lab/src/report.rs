@@ -52,9 +52,19 @@ pub fn junit(r: &Results) -> String {
         r.duration_seconds
     );
     for c in &r.checks {
-        let _ = write!(s, r#"  <testcase classname="lab.{}" name="{}">"#, xml(&r.scenario), xml(&c.check));
+        let _ = write!(
+            s,
+            r#"  <testcase classname="lab.{}" name="{}">"#,
+            xml(&r.scenario),
+            xml(&c.check)
+        );
         if !c.as_expected {
-            let detail: Vec<String> = c.violations.iter().take(20).map(|v| format!("[{}..{} ms] {}", v.from_ms, v.to_ms, v.detail)).collect();
+            let detail: Vec<String> = c
+                .violations
+                .iter()
+                .take(20)
+                .map(|v| format!("[{}..{} ms] {}", v.from_ms, v.to_ms, v.detail))
+                .collect();
             let _ = write!(
                 s,
                 r#"<failure message="verdict {:?}, expected {}">{}&#10;{}</failure>"#,
@@ -87,7 +97,10 @@ pub fn timeline(r: &Results, ops: &[Op], events: &[ClusterEvent]) -> String {
         top + (h - top - 30.0) * (1.0 - v / 5.0)
     };
     let mut svg = String::new();
-    let _ = write!(svg, r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" style="font:11px sans-serif">"#);
+    let _ = write!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" style="font:11px sans-serif">"#
+    );
     for (i, f) in r.faults.iter().enumerate() {
         let x0 = x(f.t_ms);
         let x1 = x(f.end_ms).max(x0 + 2.0);
@@ -102,7 +115,11 @@ pub fn timeline(r: &Results, ops: &[Op], events: &[ClusterEvent]) -> String {
         );
     }
     for p in [1u64, 10, 100, 1000, 10000] {
-        let _ = write!(svg, r##"<line x1="{left}" x2="{w}" y1="{0:.1}" y2="{0:.1}" stroke="#ddd"/><text x="5" y="{0:.1}">{p} ms</text>"##, y(p));
+        let _ = write!(
+            svg,
+            r##"<line x1="{left}" x2="{w}" y1="{0:.1}" y2="{0:.1}" stroke="#ddd"/><text x="5" y="{0:.1}">{p} ms</text>"##,
+            y(p)
+        );
     }
     let colour = |k: &str| match k {
         "lmtp" => "#1f77b4",
@@ -115,16 +132,28 @@ pub fn timeline(r: &Results, ops: &[Op], events: &[ClusterEvent]) -> String {
         _ => "#333",
     };
     for o in ops {
-        let (c, rr) = if o.ok { (colour(&o.kind), 1.5) } else { ("#d62728", 3.0) };
+        let (c, rr) = if o.ok {
+            (colour(&o.kind), 1.5)
+        } else {
+            ("#d62728", 3.0)
+        };
         let _ = write!(
             svg,
             r#"<circle cx="{:.1}" cy="{:.1}" r="{rr}" fill="{c}"><title>{}</title></circle>"#,
             x(o.t_ms),
             y(o.dur_ms),
-            xml(&format!("{} {} {} ms {}", o.kind, o.user, o.dur_ms, o.error.as_deref().unwrap_or("ok")))
+            xml(&format!(
+                "{} {} {} ms {}",
+                o.kind,
+                o.user,
+                o.dur_ms,
+                o.error.as_deref().unwrap_or("ok")
+            ))
         );
     }
-    for e in events.iter().filter(|e| e.event.contains("ready") || e.event.contains("killed") || e.event.contains("terminating")) {
+    for e in events.iter().filter(|e| {
+        e.event.contains("ready") || e.event.contains("killed") || e.event.contains("terminating")
+    }) {
         let _ = write!(
             svg,
             r##"<line x1="{0:.1}" x2="{0:.1}" y1="{1}" y2="{2}" stroke="#aaa" stroke-dasharray="2,2"><title>{3}</title></line>"##,
@@ -134,7 +163,14 @@ pub fn timeline(r: &Results, ops: &[Op], events: &[ClusterEvent]) -> String {
             xml(&format!("{} {}", e.pod, e.event))
         );
     }
-    let _ = write!(svg, r#"<text x="{left}" y="{}">0 s</text><text x="{}" y="{}">{:.0} s</text></svg>"#, h - 5.0, w - 60.0, h - 5.0, end / 1000.0);
+    let _ = write!(
+        svg,
+        r#"<text x="{left}" y="{}">0 s</text><text x="{}" y="{}">{:.0} s</text></svg>"#,
+        h - 5.0,
+        w - 60.0,
+        h - 5.0,
+        end / 1000.0
+    );
     let mut rows = String::new();
     for c in &r.checks {
         let _ = write!(
@@ -149,7 +185,15 @@ pub fn timeline(r: &Results, ops: &[Op], events: &[ClusterEvent]) -> String {
     }
     let mut faults = String::new();
     for f in &r.faults {
-        let _ = write!(faults, "<tr><td>{:.1}–{:.1} s</td><td>{}</td><td>{}</td><td>{}</td></tr>", f.t_ms as f64 / 1000.0, f.end_ms as f64 / 1000.0, xml(&f.fault), xml(&f.targets.join(", ")), xml(&f.detail));
+        let _ = write!(
+            faults,
+            "<tr><td>{:.1}–{:.1} s</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            f.t_ms as f64 / 1000.0,
+            f.end_ms as f64 / 1000.0,
+            xml(&f.fault),
+            xml(&f.targets.join(", ")),
+            xml(&f.detail)
+        );
     }
     format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>lab: {name}</title><style>body{{font-family:sans-serif;margin:1em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 6px}}tr.bad td{{background:#fdd}}tr.ok td{{background:#efe}}</style></head><body>\

@@ -57,16 +57,24 @@ pub fn render(s: &Scenario, root: &Path) -> anyhow::Result<Objects> {
                 .args(["--namespace", &s.topology.namespace, "-f"])
                 .arg(&values)
                 .output()
-                .with_context(|| format!("running `{helm} template` (install helm: scripts/setup-dev)"))?;
+                .with_context(|| {
+                    format!("running `{helm} template` (install helm: scripts/setup-dev)")
+                })?;
             let _ = std::fs::remove_file(&values);
             if !out.status.success() {
-                bail!("helm template {} {}: {}", r.name, chart.display(), String::from_utf8_lossy(&out.stderr));
+                bail!(
+                    "helm template {} {}: {}",
+                    r.name,
+                    chart.display(),
+                    String::from_utf8_lossy(&out.stderr)
+                );
             }
             objects.add_yaml(&String::from_utf8_lossy(&out.stdout), &r.name)?;
         }
         for m in &r.manifests {
             let p = scenario::repo_path(root, m);
-            let text = std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+            let text =
+                std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
             objects.add_yaml(&text, &r.name)?;
         }
     }
@@ -86,7 +94,13 @@ fn tempfile_path(name: &str) -> PathBuf {
 /// The passwd-file the auth service reads: `user001 … userNNN`.
 pub fn passwd(users: u32) -> String {
     (0..users)
-        .map(|i| format!("{}:{{PLAIN}}{}::::::\n", workload::user(i), workload::PASSWORD))
+        .map(|i| {
+            format!(
+                "{}:{{PLAIN}}{}::::::\n",
+                workload::user(i),
+                workload::PASSWORD
+            )
+        })
         .collect()
 }
 
@@ -112,13 +126,22 @@ pub fn plan(path: &Path, kind: SubstrateKind) -> anyhow::Result<String> {
             let objects = render(&s, &root)?;
             let mut out = String::new();
             for w in &objects.workloads {
-                out.push_str(&format!("{} replicas {} (release {})\n", w.id(), w.replicas, w.release));
+                out.push_str(&format!(
+                    "{} replicas {} (release {})\n",
+                    w.id(),
+                    w.replicas,
+                    w.release
+                ));
             }
             for svc in &objects.services {
                 out.push_str(&format!(
                     "service {} {} ports {:?}\n",
                     svc.meta.name,
-                    if svc.headless { "headless" } else { "clusterIP" },
+                    if svc.headless {
+                        "headless"
+                    } else {
+                        "clusterIP"
+                    },
                     svc.ports.iter().map(|p| p.port).collect::<Vec<_>>()
                 ));
             }
@@ -182,15 +205,48 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<Outcome> {
         None => None,
     };
     let mut notes = objects.validate()?;
-    let images = crate::images::prepare(&docker, &suffix, opts.images.as_deref(), opts.binary.as_deref()).await?;
-    let rt = DockerRuntime::new(docker, &suffix, images.by_name.clone(), images.helper.clone(), images.refs.clone()).await?;
-    s.check_substrate(kind, rt.capabilities()).map_err(|e| anyhow!(e))?;
+    let images = crate::images::prepare(
+        &docker,
+        &suffix,
+        opts.images.as_deref(),
+        opts.binary.as_deref(),
+    )
+    .await?;
+    let rt = DockerRuntime::new(
+        docker,
+        &suffix,
+        images.by_name.clone(),
+        images.helper.clone(),
+        images.refs.clone(),
+    )
+    .await?;
+    s.check_substrate(kind, rt.capabilities())
+        .map_err(|e| anyhow!(e))?;
     let start = Instant::now();
     let start_wall = SystemTime::now();
     let round_robin = s.topology.service_proxy == crate::scenario::ServiceProxy::RoundRobin;
-    let cluster = Cluster::new(rt, objects, s.topology.mutations.clone(), round_robin, &state, &s.topology.namespace, s.seed, start)?;
+    let cluster = Cluster::new(
+        rt,
+        objects,
+        s.topology.mutations.clone(),
+        round_robin,
+        &state,
+        &s.topology.namespace,
+        s.seed,
+        start,
+    )?;
 
-    let body = run_body(&s, &cluster, &out, chain.as_ref(), start, start_wall, &mut notes, &images.digests, &opts);
+    let body = run_body(
+        &s,
+        &cluster,
+        &out,
+        chain.as_ref(),
+        start,
+        start_wall,
+        &mut notes,
+        &images.digests,
+        &opts,
+    );
     let result = tokio::select! {
         r = body => r,
         _ = tokio::signal::ctrl_c() => Err(anyhow!("interrupted")),
@@ -202,7 +258,9 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<Outcome> {
         let _ = copy_dir(&logs, &dest);
     }
     if opts.keep {
-        eprintln!("yarilo-lab: kept the run's containers; remove them with `yarilo-lab clean {suffix}`");
+        eprintln!(
+            "yarilo-lab: kept the run's containers; remove them with `yarilo-lab clean {suffix}`"
+        );
     } else {
         let n = cluster.shutdown().await;
         tracing::info!(removed = n, "cleaned up");
@@ -240,11 +298,17 @@ async fn run_body<R: PodRuntime>(
     let dns_addr = SocketAddr::new(cluster.rt.dns_address(), 53);
     let _dns = crate::dns::serve(dns_addr, cluster.clone())
         .await
-        .with_context(|| format!("binding the cluster DNS on {dns_addr} (the docker substrate runs as root)"))?;
+        .with_context(|| {
+            format!("binding the cluster DNS on {dns_addr} (the docker substrate runs as root)")
+        })?;
     cluster.start();
     let (stop_tx, stop_rx) = watch::channel(false);
     if let Some(plan) = &s.topology.sentinel {
-        tokio::spawn(crate::faults::follow_sentinel(cluster.clone(), plan.clone(), stop_rx.clone()));
+        tokio::spawn(crate::faults::follow_sentinel(
+            cluster.clone(),
+            plan.clone(),
+            stop_rx.clone(),
+        ));
     }
     let releases: Vec<String> = s.topology.releases.iter().map(|r| r.name.clone()).collect();
     cluster.install(&releases, INSTALL_TIMEOUT).await?;
@@ -274,8 +338,18 @@ async fn run_body<R: PodRuntime>(
     let tasks = workload::start(&run, &s.workload);
 
     let samples = Arc::new(std::sync::Mutex::new(Vec::<ViewSample>::new()));
-    let sampler = if s.checks.iter().any(|c| matches!(c.kind, CheckKind::Convergence { .. })) {
-        Some(tokio::spawn(sample_views(cluster.clone(), s.clone(), wstart, samples.clone(), stop_rx.clone())))
+    let sampler = if s
+        .checks
+        .iter()
+        .any(|c| matches!(c.kind, CheckKind::Convergence { .. }))
+    {
+        Some(tokio::spawn(sample_views(
+            cluster.clone(),
+            s.clone(),
+            wstart,
+            samples.clone(),
+            stop_rx.clone(),
+        )))
     } else {
         None
     };
@@ -344,8 +418,15 @@ async fn run_body<R: PodRuntime>(
     let ends: BTreeMap<String, u64> = cluster
         .events()
         .iter()
-        .filter(|e| e.event == "gone" || e.event.starts_with("killed") || e.event.starts_with("terminating"))
-        .map(|e| (e.pod.clone(), e.time_ms.saturating_sub(ready_at.as_millis() as u64)))
+        .filter(|e| {
+            e.event == "gone" || e.event.starts_with("killed") || e.event.starts_with("terminating")
+        })
+        .map(|e| {
+            (
+                e.pod.clone(),
+                e.time_ms.saturating_sub(ready_at.as_millis() as u64),
+            )
+        })
         .collect();
     let (served, lmtp_sessions) = checks::records::served(&lines, wstart_wall, &ends, run_end);
     let mut ops = history.all();
@@ -354,7 +435,13 @@ async fn run_body<R: PodRuntime>(
     let faults = faults_j.all();
 
     let mut probes = Vec::new();
-    if let (Some(chain), Some(CheckKind::Tls { .. })) = (chain, s.checks.iter().map(|c| &c.kind).find(|k| matches!(k, CheckKind::Tls { .. }))) {
+    if let (Some(chain), Some(CheckKind::Tls { .. })) = (
+        chain,
+        s.checks
+            .iter()
+            .map(|c| &c.kind)
+            .find(|k| matches!(k, CheckKind::Tls { .. })),
+    ) {
         let ch = chain.lock().await;
         probes = probe_tls(cluster, &ch, s, wstart).await;
     }
@@ -370,12 +457,26 @@ async fn run_body<R: PodRuntime>(
             CheckKind::Delivered => checks::delivered(&ops, final_state.as_ref()),
             CheckKind::UidInvariants => checks::uid_invariants(&ops, final_state.as_ref()),
             CheckKind::SingleWriter => checks::single_writer(&served),
-            CheckKind::Availability { min_success_ratio, max_p99_ms } => checks::availability(&ops, &faults, *min_success_ratio, *max_p99_ms),
-            CheckKind::Convergence { bound_seconds } => checks::convergence(&samples, &faults, *bound_seconds),
+            CheckKind::Availability {
+                min_success_ratio,
+                max_p99_ms,
+            } => checks::availability(&ops, &faults, *min_success_ratio, *max_p99_ms),
+            CheckKind::Convergence { bound_seconds } => {
+                checks::convergence(&samples, &faults, *bound_seconds)
+            }
             CheckKind::Tls { .. } => checks::tls(&probes, current_gen),
-            CheckKind::NoRestarts { workloads } => no_restarts(cluster, workloads, &faults, ready_at.as_millis() as u64),
+            CheckKind::NoRestarts { workloads } => {
+                no_restarts(cluster, workloads, &faults, ready_at.as_millis() as u64)
+            }
         };
-        results.push(CheckResult::new(c.kind.name(), v, c.expect, summary, figures, violations));
+        results.push(CheckResult::new(
+            c.kind.name(),
+            v,
+            c.expect,
+            summary,
+            figures,
+            violations,
+        ));
     }
     let all = results.iter().all(|r| r.as_expected);
     let reproduce = format!(
@@ -401,14 +502,26 @@ async fn run_body<R: PodRuntime>(
     report::write_json(&out.join("results.json"), &r)?;
     std::fs::write(out.join("junit.xml"), report::junit(&r))?;
     std::fs::write(out.join("reproduce.txt"), format!("{reproduce}\n"))?;
-    std::fs::write(out.join("timeline.html"), report::timeline(&r, &ops, &cluster.events()))?;
+    std::fs::write(
+        out.join("timeline.html"),
+        report::timeline(&r, &ops, &cluster.events()),
+    )?;
     report::write_json(&out.join("events.json"), &cluster.events())?;
     let mut env = cluster.rt.fingerprint().await;
     env.insert("seed".into(), s.seed.to_string());
     env.insert("scenario".into(), s.name.clone());
-    env.insert("kernel".into(), std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string());
+    env.insert(
+        "kernel".into(),
+        std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
+    );
     env.insert("lab.version".into(), env!("CARGO_PKG_VERSION").into());
-    env.insert("cluster.ready_seconds".into(), format!("{:.1}", ready_at.as_secs_f64()));
+    env.insert(
+        "cluster.ready_seconds".into(),
+        format!("{:.1}", ready_at.as_secs_f64()),
+    );
     for (k, v) in digests {
         env.insert(format!("image.{k}.config"), v.clone());
     }
@@ -416,8 +529,15 @@ async fn run_body<R: PodRuntime>(
         let version = rel
             .chart
             .as_ref()
-            .and_then(|c| std::fs::read_to_string(scenario::repo_path(&repo_root(), c).join("Chart.yaml")).ok())
-            .and_then(|t| t.lines().find(|l| l.starts_with("version:")).map(|l| l.trim_start_matches("version:").trim().to_string()))
+            .and_then(|c| {
+                std::fs::read_to_string(scenario::repo_path(&repo_root(), c).join("Chart.yaml"))
+                    .ok()
+            })
+            .and_then(|t| {
+                t.lines()
+                    .find(|l| l.starts_with("version:"))
+                    .map(|l| l.trim_start_matches("version:").trim().to_string())
+            })
             .unwrap_or_else(|| format!("manifests {:?}", rel.manifests));
         env.insert(format!("release.{}", rel.name), version);
     }
@@ -434,7 +554,10 @@ async fn run_body<R: PodRuntime>(
         ));
     }
     summary.push_str(&format!("\n  report: {}", out.display()));
-    Ok(Outcome { summary, all_as_expected: all })
+    Ok(Outcome {
+        summary,
+        all_as_expected: all,
+    })
 }
 
 /// Container restarts and pod replacements in the given workloads that
@@ -444,34 +567,63 @@ fn no_restarts<R: PodRuntime>(
     workloads: &[String],
     faults: &[FaultRecord],
     offset_ms: u64,
-) -> (checks::Verdict, String, serde_json::Value, Vec<checks::Violation>) {
+) -> (
+    checks::Verdict,
+    String,
+    serde_json::Value,
+    Vec<checks::Violation>,
+) {
     let pods: std::collections::BTreeSet<String> = cluster
         .pods()
         .into_iter()
         .filter(|p| workloads.contains(&p.workload))
         .map(|p| p.name)
-        .chain(cluster.events().iter().filter(|e| e.event == "created").map(|e| e.pod.clone()))
+        .chain(
+            cluster
+                .events()
+                .iter()
+                .filter(|e| e.event == "created")
+                .map(|e| e.pod.clone()),
+        )
         .collect();
     let prefixes: Vec<String> = workloads
         .iter()
         .filter_map(|w| w.split_once('/').map(|(_, n)| format!("{n}-")))
         .collect();
-    let targeted: std::collections::BTreeSet<&String> = faults.iter().flat_map(|f| f.targets.iter()).collect();
+    let targeted: std::collections::BTreeSet<&String> =
+        faults.iter().flat_map(|f| f.targets.iter()).collect();
     let mut v = Vec::new();
     for e in cluster.events() {
-        if e.time_ms < offset_ms || !pods.contains(&e.pod) || !prefixes.iter().any(|p| e.pod.starts_with(p)) {
+        if e.time_ms < offset_ms
+            || !pods.contains(&e.pod)
+            || !prefixes.iter().any(|p| e.pod.starts_with(p))
+        {
             continue;
         }
-        let restart = e.event.contains("exited") || e.event.contains("restarting") || e.event.contains("liveness");
+        let restart = e.event.contains("exited")
+            || e.event.contains("restarting")
+            || e.event.contains("liveness");
         if restart && !targeted.contains(&e.pod) {
             let t = e.time_ms - offset_ms;
-            v.push(checks::Violation { from_ms: t, to_ms: t, detail: format!("{}: {}", e.pod, e.event) });
+            v.push(checks::Violation {
+                from_ms: t,
+                to_ms: t,
+                detail: format!("{}: {}", e.pod, e.event),
+            });
         }
     }
-    let verdict = if v.is_empty() { checks::Verdict::True } else { checks::Verdict::False };
+    let verdict = if v.is_empty() {
+        checks::Verdict::True
+    } else {
+        checks::Verdict::False
+    };
     (
         verdict,
-        format!("{} restarts in {:?} not caused by a fault", v.len(), workloads),
+        format!(
+            "{} restarts in {:?} not caused by a fault",
+            v.len(),
+            workloads
+        ),
         serde_json::json!({ "restarts": v.len() }),
         v,
     )
@@ -480,17 +632,24 @@ fn no_restarts<R: PodRuntime>(
 /// The lab's own client identity towards the director port: the admin
 /// leaf (LOOKUP is allowed to login, director and admin roles).
 fn director_tls(chain: &Chain) -> anyhow::Result<workload::DirectorTls> {
-    let (cert, key) = chain
-        .leaf("admin")
-        .ok_or_else(|| anyhow!("topology.internal_tls.roles needs `admin` (the lab's own client certificate)"))?;
-    let certs: Vec<_> = rustls_pemfile::certs(&mut cert.as_bytes()).filter_map(|c| c.ok()).collect();
-    let key = rustls_pemfile::private_key(&mut key.as_bytes())?.ok_or_else(|| anyhow!("admin key"))?;
+    let (cert, key) = chain.leaf("admin").ok_or_else(|| {
+        anyhow!("topology.internal_tls.roles needs `admin` (the lab's own client certificate)")
+    })?;
+    let certs: Vec<_> = rustls_pemfile::certs(&mut cert.as_bytes())
+        .filter_map(|c| c.ok())
+        .collect();
+    let key =
+        rustls_pemfile::private_key(&mut key.as_bytes())?.ok_or_else(|| anyhow!("admin key"))?;
     let mut roots = rustls::RootCertStore::empty();
-    roots.add(rustls::pki_types::CertificateDer::from(chain.root_der.clone()))?;
-    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_client_auth_cert(certs, key)?;
+    roots.add(rustls::pki_types::CertificateDer::from(
+        chain.root_der.clone(),
+    ))?;
+    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_client_auth_cert(certs, key)?;
     Ok(workload::DirectorTls {
         connector: tokio_rustls::TlsConnector::from(Arc::new(cfg)),
         name: rustls::pki_types::ServerName::try_from(chain.server_name().to_string())?,
@@ -513,7 +672,9 @@ fn enrich(ops: &mut [Op], served: &[checks::Served], lmtp: &BTreeMap<String, Str
         } else if op.kind == "imap_login" && op.ok {
             let from = op.t_ms;
             let to = op.t_ms + op.dur_ms + 50;
-            if let Some(s) = served.iter().find(|s| s.user == op.user && s.from_ms + 50 >= from && s.from_ms <= to && s.what != "lmtp") {
+            if let Some(s) = served.iter().find(|s| {
+                s.user == op.user && s.from_ms + 50 >= from && s.from_ms <= to && s.what != "lmtp"
+            }) {
                 op.backend = Some(s.pod.clone());
             }
         }
@@ -522,7 +683,10 @@ fn enrich(ops: &mut [Op], served: &[checks::Served], lmtp: &BTreeMap<String, Str
 
 async fn http_json(addr: SocketAddr, path: &str, token: Option<&str>) -> Option<serde_json::Value> {
     let url = format!("http://{addr}{path}");
-    let client = reqwest::Client::builder().timeout(Duration::from_millis(800)).build().ok()?;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_millis(800))
+        .build()
+        .ok()?;
     let mut req = client.get(url);
     if let Some(t) = token {
         req = req.bearer_auth(t);
@@ -540,15 +704,22 @@ async fn sample_views<R: PodRuntime>(
     mut stop: watch::Receiver<bool>,
 ) {
     let token = s.topology.director_api_token.as_ref().and_then(|k| {
-        cluster
-            .secret(&k.secret)
-            .and_then(|d| d.get(&k.key).map(|v| String::from_utf8_lossy(v).trim().to_string()))
+        cluster.secret(&k.secret).and_then(|d| {
+            d.get(&k.key)
+                .map(|v| String::from_utf8_lossy(v).trim().to_string())
+        })
     });
     let api_port = |pod: &crate::substrate::cluster::PodInfo| {
         let o = cluster.objects();
         o.workload(&pod.workload)
             .and_then(|w| {
-                w.template.spec.containers.iter().flat_map(|c| c.ports.iter()).find(|p| p.name.as_deref() == Some("api")).map(|p| p.container_port)
+                w.template
+                    .spec
+                    .containers
+                    .iter()
+                    .flat_map(|c| c.ports.iter())
+                    .find(|p| p.name.as_deref() == Some("api"))
+                    .map(|p| p.container_port)
             })
             .unwrap_or(9103)
     };
@@ -566,12 +737,20 @@ async fn sample_views<R: PodRuntime>(
                 let addr = SocketAddr::new(ip, api_port(&p));
                 let members = http_json(addr, "/api/director/members", token.as_deref()).await;
                 let backends = http_json(addr, "/api/director/backends", token.as_deref()).await;
-                let (Some(m), Some(b)) = (members, backends) else { continue };
+                let (Some(m), Some(b)) = (members, backends) else {
+                    continue;
+                };
                 let mut mv: Vec<String> = m
                     .as_array()
                     .map(|a| {
                         a.iter()
-                            .filter_map(|x| x.get("addr").and_then(|v| v.as_str()).map(|s| s.rsplit_once(':').map(|(h, _)| h.to_string()).unwrap_or(s.to_string())))
+                            .filter_map(|x| {
+                                x.get("addr").and_then(|v| v.as_str()).map(|s| {
+                                    s.rsplit_once(':')
+                                        .map(|(h, _)| h.to_string())
+                                        .unwrap_or(s.to_string())
+                                })
+                            })
                             .collect()
                     })
                     .unwrap_or_default();
@@ -581,15 +760,28 @@ async fn sample_views<R: PodRuntime>(
                 mv.sort();
                 let mut bv: Vec<String> = b
                     .as_array()
-                    .map(|a| a.iter().filter_map(|x| x.get("ip").and_then(|v| v.as_str()).map(String::from)).collect())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|x| x.get("ip").and_then(|v| v.as_str()).map(String::from))
+                            .collect()
+                    })
                     .unwrap_or_default();
                 bv.sort();
                 let mut pins = Vec::new();
                 if round % 4 == 0 {
                     for i in 0..s.workload.users {
                         let u = workload::user(i);
-                        if let Some(v) = http_json(addr, &format!("/api/director/map?user={u}"), token.as_deref()).await {
-                            pins.push(format!("{u}={}", v.get("backend").and_then(|b| b.as_str()).unwrap_or("?")));
+                        if let Some(v) = http_json(
+                            addr,
+                            &format!("/api/director/map?user={u}"),
+                            token.as_deref(),
+                        )
+                        .await
+                        {
+                            pins.push(format!(
+                                "{u}={}",
+                                v.get("backend").and_then(|b| b.as_str()).unwrap_or("?")
+                            ));
                         }
                     }
                 }
@@ -631,7 +823,12 @@ async fn sample_views<R: PodRuntime>(
 /// Connects to every endpoint of the listed Services with the current
 /// chain (root only, pinned name, the admin leaf as client), and once
 /// without a client certificate.
-async fn probe_tls<R: PodRuntime>(cluster: &Arc<Cluster<R>>, chain: &Chain, s: &Scenario, wstart: Instant) -> Vec<TlsProbe> {
+async fn probe_tls<R: PodRuntime>(
+    cluster: &Arc<Cluster<R>>,
+    chain: &Chain,
+    s: &Scenario,
+    wstart: Instant,
+) -> Vec<TlsProbe> {
     let targets: Vec<Target> = s
         .checks
         .iter()
@@ -641,7 +838,9 @@ async fn probe_tls<R: PodRuntime>(cluster: &Arc<Cluster<R>>, chain: &Chain, s: &
         })
         .unwrap_or_default();
     let mut roots = rustls::RootCertStore::empty();
-    let _ = roots.add(rustls::pki_types::CertificateDer::from(chain.root_der.clone()));
+    let _ = roots.add(rustls::pki_types::CertificateDer::from(
+        chain.root_der.clone(),
+    ));
     let roots = Arc::new(roots);
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let client_leaf = chain.leaf("admin").or_else(|| chain.leaf("login"));
@@ -658,24 +857,43 @@ async fn probe_tls<R: PodRuntime>(cluster: &Arc<Cluster<R>>, chain: &Chain, s: &
                 error: None,
             };
             if let Some((cert, key)) = &client_leaf {
-                let certs: Vec<_> = rustls_pemfile::certs(&mut cert.as_bytes()).filter_map(|c| c.ok()).collect();
-                let key = rustls_pemfile::private_key(&mut key.as_bytes()).ok().flatten();
-                if let (Some(key), Ok(b)) = (key, rustls::ClientConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions()) {
-                    match b.with_root_certificates(roots.clone()).with_client_auth_cert(certs, key) {
-                        Ok(cfg) => match handshake(Arc::new(cfg), addr, chain.server_name()).await {
-                            Ok(leaf) => {
-                                p.verified = true;
-                                p.generation = leaf.and_then(|l| chain.generation_of(&l)).map(|g| g.0);
+                let certs: Vec<_> = rustls_pemfile::certs(&mut cert.as_bytes())
+                    .filter_map(|c| c.ok())
+                    .collect();
+                let key = rustls_pemfile::private_key(&mut key.as_bytes())
+                    .ok()
+                    .flatten();
+                if let (Some(key), Ok(b)) = (
+                    key,
+                    rustls::ClientConfig::builder_with_provider(provider.clone())
+                        .with_safe_default_protocol_versions(),
+                ) {
+                    match b
+                        .with_root_certificates(roots.clone())
+                        .with_client_auth_cert(certs, key)
+                    {
+                        Ok(cfg) => {
+                            match handshake(Arc::new(cfg), addr, chain.server_name()).await {
+                                Ok(leaf) => {
+                                    p.verified = true;
+                                    p.generation =
+                                        leaf.and_then(|l| chain.generation_of(&l)).map(|g| g.0);
+                                }
+                                Err(e) => p.error = Some(e),
                             }
-                            Err(e) => p.error = Some(e),
-                        },
+                        }
                         Err(e) => p.error = Some(e.to_string()),
                     }
                 }
             }
-            if let Ok(b) = rustls::ClientConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions() {
-                let cfg = b.with_root_certificates(roots.clone()).with_no_client_auth();
-                p.refuses_anonymous = anonymous_refused(Arc::new(cfg), addr, chain.server_name()).await;
+            if let Ok(b) = rustls::ClientConfig::builder_with_provider(provider.clone())
+                .with_safe_default_protocol_versions()
+            {
+                let cfg = b
+                    .with_root_certificates(roots.clone())
+                    .with_no_client_auth();
+                p.refuses_anonymous =
+                    anonymous_refused(Arc::new(cfg), addr, chain.server_name()).await;
             }
             probes.push(p);
         }
@@ -683,17 +901,30 @@ async fn probe_tls<R: PodRuntime>(cluster: &Arc<Cluster<R>>, chain: &Chain, s: &
     probes
 }
 
-async fn handshake(cfg: Arc<rustls::ClientConfig>, addr: SocketAddr, name: &str) -> Result<Option<Vec<u8>>, String> {
+async fn handshake(
+    cfg: Arc<rustls::ClientConfig>,
+    addr: SocketAddr,
+    name: &str,
+) -> Result<Option<Vec<u8>>, String> {
     let tcp = tokio::time::timeout(Duration::from_secs(3), tokio::net::TcpStream::connect(addr))
         .await
         .map_err(|_| "connect timed out".to_string())?
         .map_err(|e| e.to_string())?;
-    let sn = rustls::pki_types::ServerName::try_from(name.to_string()).map_err(|e| e.to_string())?;
-    let tls = tokio::time::timeout(Duration::from_secs(3), tokio_rustls::TlsConnector::from(cfg).connect(sn, tcp))
-        .await
-        .map_err(|_| "handshake timed out".to_string())?
-        .map_err(|e| e.to_string())?;
-    Ok(tls.get_ref().1.peer_certificates().and_then(|c| c.first()).map(|c| c.to_vec()))
+    let sn =
+        rustls::pki_types::ServerName::try_from(name.to_string()).map_err(|e| e.to_string())?;
+    let tls = tokio::time::timeout(
+        Duration::from_secs(3),
+        tokio_rustls::TlsConnector::from(cfg).connect(sn, tcp),
+    )
+    .await
+    .map_err(|_| "handshake timed out".to_string())?
+    .map_err(|e| e.to_string())?;
+    Ok(tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map(|c| c.to_vec()))
 }
 
 /// Whether a server refuses a client without a certificate: the handshake
@@ -701,19 +932,29 @@ async fn handshake(cfg: Arc<rustls::ClientConfig>, addr: SocketAddr, name: &str)
 /// certificate after the client's Finished).
 async fn anonymous_refused(cfg: Arc<rustls::ClientConfig>, addr: SocketAddr, name: &str) -> bool {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(Ok(tcp)) = tokio::time::timeout(Duration::from_secs(3), tokio::net::TcpStream::connect(addr)).await else {
+    let Ok(Ok(tcp)) =
+        tokio::time::timeout(Duration::from_secs(3), tokio::net::TcpStream::connect(addr)).await
+    else {
         return false;
     };
     let Ok(sn) = rustls::pki_types::ServerName::try_from(name.to_string()) else {
         return false;
     };
-    match tokio::time::timeout(Duration::from_secs(3), tokio_rustls::TlsConnector::from(cfg).connect(sn, tcp)).await {
+    match tokio::time::timeout(
+        Duration::from_secs(3),
+        tokio_rustls::TlsConnector::from(cfg).connect(sn, tcp),
+    )
+    .await
+    {
         Ok(Err(_)) => true,
         Err(_) => false,
         Ok(Ok(mut s)) => {
             let _ = s.write_all(b"VERSION\t1\n").await;
             let mut buf = [0u8; 64];
-            matches!(tokio::time::timeout(Duration::from_secs(3), s.read(&mut buf)).await, Ok(Err(_)) | Ok(Ok(0)))
+            matches!(
+                tokio::time::timeout(Duration::from_secs(3), s.read(&mut buf)).await,
+                Ok(Err(_)) | Ok(Ok(0))
+            )
         }
     }
 }

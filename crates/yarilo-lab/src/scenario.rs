@@ -600,7 +600,9 @@ impl Scenario {
         let mut last = 0.0;
         for (i, f) in self.faults.iter().enumerate() {
             if f.at_seconds < last {
-                return Err(format!("faults.{i}.at_seconds: faults must be in time order"));
+                return Err(format!(
+                    "faults.{i}.at_seconds: faults must be in time order"
+                ));
             }
             if f.at_seconds > self.duration_seconds {
                 return Err(format!(
@@ -631,11 +633,7 @@ impl Scenario {
 
     /// Refuses a substrate that cannot produce every fault of the
     /// scenario, or that the scenario does not name.
-    pub fn check_substrate(
-        &self,
-        kind: SubstrateKind,
-        caps: &[Capability],
-    ) -> Result<(), String> {
+    pub fn check_substrate(&self, kind: SubstrateKind, caps: &[Capability]) -> Result<(), String> {
         if !self.substrates.contains(&kind) {
             return Err(format!(
                 "scenario `{}` does not run on the {} substrate (it names {:?})",

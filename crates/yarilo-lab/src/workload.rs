@@ -119,9 +119,12 @@ impl Run {
         let s = proto::connect(addr).await?;
         let stream: AnyStream = match &self.director_tls {
             Some(t) => Box::new(
-                tokio::time::timeout(Duration::from_secs(5), t.connector.connect(t.name.clone(), s))
-                    .await
-                    .map_err(|_| ProtoError::Timeout)??,
+                tokio::time::timeout(
+                    Duration::from_secs(5),
+                    t.connector.connect(t.name.clone(), s),
+                )
+                .await
+                .map_err(|_| ProtoError::Timeout)??,
             ),
             None => Box::new(s),
         };
@@ -167,13 +170,17 @@ pub fn start(run: &Arc<Run>, w: &Workload) -> Vec<tokio::task::JoinHandle<()>> {
             let run = run.clone();
             let i = i.clone();
             let u = users[k as usize % users.len()].clone();
-            tasks.push(tokio::spawn(async move { imap_loop(&run, &i.target, &u, i.op_interval_ms).await }));
+            tasks.push(tokio::spawn(async move {
+                imap_loop(&run, &i.target, &u, i.op_interval_ms).await
+            }));
         }
         if i.idle {
             let run = run.clone();
             let i = i.clone();
             let u = users[0].clone();
-            tasks.push(tokio::spawn(async move { idle_loop(&run, &i.target, &u).await }));
+            tasks.push(tokio::spawn(
+                async move { idle_loop(&run, &i.target, &u).await },
+            ));
         }
     }
     if let Some(p) = &w.pop3 {
@@ -450,7 +457,11 @@ pub async fn final_state(
                 let mut c = Imap::start(s).await?;
                 c.login(&u, PASSWORD).await?;
                 let sel = c.select("INBOX").await?;
-                let ids = if sel.exists > 0 { c.message_ids().await? } else { Vec::new() };
+                let ids = if sel.exists > 0 {
+                    c.message_ids().await?
+                } else {
+                    Vec::new()
+                };
                 let _ = c.logout().await;
                 Ok::<_, ProtoError>((sel.uidvalidity, ids))
             }

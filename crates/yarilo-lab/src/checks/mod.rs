@@ -40,8 +40,18 @@ pub struct CheckResult {
 }
 
 impl CheckResult {
-    pub fn new(check: &str, verdict: Verdict, expected: bool, summary: String, figures: serde_json::Value, violations: Vec<Violation>) -> CheckResult {
-        let as_expected = matches!((verdict, expected), (Verdict::True, true) | (Verdict::False, false));
+    pub fn new(
+        check: &str,
+        verdict: Verdict,
+        expected: bool,
+        summary: String,
+        figures: serde_json::Value,
+        violations: Vec<Violation>,
+    ) -> CheckResult {
+        let as_expected = matches!(
+            (verdict, expected),
+            (Verdict::True, true) | (Verdict::False, false)
+        );
         CheckResult {
             check: check.into(),
             verdict,
@@ -58,9 +68,17 @@ impl CheckResult {
 pub type FinalState = Vec<(String, u32, Vec<(u32, String)>)>;
 
 /// Every acknowledged delivery and APPEND present exactly once.
-pub fn delivered(history: &[Op], final_state: Option<&FinalState>) -> (Verdict, String, serde_json::Value, Vec<Violation>) {
+pub fn delivered(
+    history: &[Op],
+    final_state: Option<&FinalState>,
+) -> (Verdict, String, serde_json::Value, Vec<Violation>) {
     let Some(fs) = final_state else {
-        return (Verdict::Unknown, "the mailboxes could not be read after the heal".into(), serde_json::json!({}), vec![]);
+        return (
+            Verdict::Unknown,
+            "the mailboxes could not be read after the heal".into(),
+            serde_json::json!({}),
+            vec![],
+        );
     };
     let mut present: BTreeMap<(&str, &str), usize> = BTreeMap::new();
     for (user, _, msgs) in fs {
@@ -77,7 +95,11 @@ pub fn delivered(history: &[Op], final_state: Option<&FinalState>) -> (Verdict, 
         }
         let Some(mid) = &op.message_id else { continue };
         acked += 1;
-        match present.get(&(op.user.as_str(), mid.as_str())).copied().unwrap_or(0) {
+        match present
+            .get(&(op.user.as_str(), mid.as_str()))
+            .copied()
+            .unwrap_or(0)
+        {
             0 => lost.push(op),
             1 => {}
             n => dup.push((op, n)),
@@ -88,14 +110,24 @@ pub fn delivered(history: &[Op], final_state: Option<&FinalState>) -> (Verdict, 
         v.push(Violation {
             from_ms: op.t_ms,
             to_ms: op.t_ms + op.dur_ms,
-            detail: format!("lost: {} for {} ({} acknowledged {})", op.message_id.as_deref().unwrap_or(""), op.user, op.kind, op.reply.as_deref().unwrap_or("OK")),
+            detail: format!(
+                "lost: {} for {} ({} acknowledged {})",
+                op.message_id.as_deref().unwrap_or(""),
+                op.user,
+                op.kind,
+                op.reply.as_deref().unwrap_or("OK")
+            ),
         });
     }
     for (op, n) in &dup {
         v.push(Violation {
             from_ms: op.t_ms,
             to_ms: op.t_ms + op.dur_ms,
-            detail: format!("duplicated ×{n}: {} for {}", op.message_id.as_deref().unwrap_or(""), op.user),
+            detail: format!(
+                "duplicated ×{n}: {} for {}",
+                op.message_id.as_deref().unwrap_or(""),
+                op.user
+            ),
         });
     }
     let verdict = if acked == 0 {
@@ -107,7 +139,11 @@ pub fn delivered(history: &[Op], final_state: Option<&FinalState>) -> (Verdict, 
     };
     (
         verdict,
-        format!("{acked} acknowledged, {} lost, {} duplicated", lost.len(), dup.len()),
+        format!(
+            "{acked} acknowledged, {} lost, {} duplicated",
+            lost.len(),
+            dup.len()
+        ),
         serde_json::json!({
             "acknowledged": acked,
             "lost": lost.len(),
@@ -121,7 +157,10 @@ pub fn delivered(history: &[Op], final_state: Option<&FinalState>) -> (Verdict, 
 
 /// (UIDVALIDITY, UID) → Message-ID is a function per mailbox; UIDNEXT and
 /// HIGHESTMODSEQ as clients see them never go back.
-pub fn uid_invariants(history: &[Op], final_state: Option<&FinalState>) -> (Verdict, String, serde_json::Value, Vec<Violation>) {
+pub fn uid_invariants(
+    history: &[Op],
+    final_state: Option<&FinalState>,
+) -> (Verdict, String, serde_json::Value, Vec<Violation>) {
     // (user, uidvalidity, uid) → (Message-ID, first seen ms)
     let mut map: BTreeMap<(String, u32, u32), (String, u64)> = BTreeMap::new();
     let mut v = Vec::new();
@@ -135,7 +174,10 @@ pub fn uid_invariants(history: &[Op], final_state: Option<&FinalState>) -> (Verd
             Some((m, t0)) if m != mid => v.push(Violation {
                 from_ms: (*t0).min(t),
                 to_ms: (*t0).max(t),
-                detail: format!("{} UIDVALIDITY {} UID {}: {} and {}", key.0, key.1, key.2, m, mid),
+                detail: format!(
+                    "{} UIDVALIDITY {} UID {}: {} and {}",
+                    key.0, key.1, key.2, m, mid
+                ),
             }),
             Some(_) => {}
             None => {
@@ -182,7 +224,10 @@ pub fn uid_invariants(history: &[Op], final_state: Option<&FinalState>) -> (Verd
                     v.push(Violation {
                         from_ms: earlier.t_ms,
                         to_ms: later.t_ms + later.dur_ms,
-                        detail: format!("{user}: UIDVALIDITY changed {:?} → {:?}", earlier.uidvalidity, later.uidvalidity),
+                        detail: format!(
+                            "{user}: UIDVALIDITY changed {:?} → {:?}",
+                            earlier.uidvalidity, later.uidvalidity
+                        ),
                     });
                     continue;
                 }
@@ -190,14 +235,20 @@ pub fn uid_invariants(history: &[Op], final_state: Option<&FinalState>) -> (Verd
                     v.push(Violation {
                         from_ms: earlier.t_ms,
                         to_ms: later.t_ms + later.dur_ms,
-                        detail: format!("{user}: UIDNEXT went back {:?} → {:?}", earlier.uidnext, later.uidnext),
+                        detail: format!(
+                            "{user}: UIDNEXT went back {:?} → {:?}",
+                            earlier.uidnext, later.uidnext
+                        ),
                     });
                 }
                 if later.highestmodseq < earlier.highestmodseq {
                     v.push(Violation {
                         from_ms: earlier.t_ms,
                         to_ms: later.t_ms + later.dur_ms,
-                        detail: format!("{user}: HIGHESTMODSEQ went back {:?} → {:?}", earlier.highestmodseq, later.highestmodseq),
+                        detail: format!(
+                            "{user}: HIGHESTMODSEQ went back {:?} → {:?}",
+                            earlier.highestmodseq, later.highestmodseq
+                        ),
                     });
                 }
             }
@@ -217,7 +268,10 @@ pub fn uid_invariants(history: &[Op], final_state: Option<&FinalState>) -> (Verd
     };
     (
         verdict,
-        format!("{observations} (UIDVALIDITY, UID) observations, {} distinct, {total} violations", map.len()),
+        format!(
+            "{observations} (UIDVALIDITY, UID) observations, {} distinct, {total} violations",
+            map.len()
+        ),
         serde_json::json!({
             "observations": observations,
             "distinct_uids": map.len(),
@@ -261,7 +315,17 @@ pub fn single_writer(served: &[Served]) -> (Verdict, String, serde_json::Value, 
                         v.push(Violation {
                             from_ms: from,
                             to_ms: to,
-                            detail: format!("{user}: {} on {} [{}..{}] and {} on {} [{}..{}]", a.what, a.pod, a.from_ms, a.to_ms, b.what, b.pod, b.from_ms, b.to_ms),
+                            detail: format!(
+                                "{user}: {} on {} [{}..{}] and {} on {} [{}..{}]",
+                                a.what,
+                                a.pod,
+                                a.from_ms,
+                                a.to_ms,
+                                b.what,
+                                b.pod,
+                                b.from_ms,
+                                b.to_ms
+                            ),
                         });
                     }
                 }
@@ -277,7 +341,11 @@ pub fn single_writer(served: &[Served]) -> (Verdict, String, serde_json::Value, 
     };
     (
         verdict,
-        format!("{} backend session records, {} users served by two backends at once", served.len(), users_split.len()),
+        format!(
+            "{} backend session records, {} users served by two backends at once",
+            served.len(),
+            users_split.len()
+        ),
         serde_json::json!({
             "records": served.len(),
             "users": by_user.len(),
@@ -298,9 +366,17 @@ fn p99(mut lat: Vec<u64>) -> u64 {
 
 /// Share of operations that succeeded, and p99 latency, in each fault
 /// window (from the fault to 5 s after its effect ended) and overall.
-pub fn availability(history: &[Op], faults: &[FaultRecord], min_ratio: f64, max_p99_ms: f64) -> (Verdict, String, serde_json::Value, Vec<Violation>) {
+pub fn availability(
+    history: &[Op],
+    faults: &[FaultRecord],
+    min_ratio: f64,
+    max_p99_ms: f64,
+) -> (Verdict, String, serde_json::Value, Vec<Violation>) {
     let window = |from: u64, to: u64| {
-        let ops: Vec<&Op> = history.iter().filter(|o| o.t_ms >= from && o.t_ms <= to).collect();
+        let ops: Vec<&Op> = history
+            .iter()
+            .filter(|o| o.t_ms >= from && o.t_ms <= to)
+            .collect();
         let ok = ops.iter().filter(|o| o.ok).count();
         let lat: Vec<u64> = ops.iter().filter(|o| o.ok).map(|o| o.dur_ms).collect();
         (ops.len(), ok, p99(lat))
@@ -327,7 +403,12 @@ pub fn availability(history: &[Op], faults: &[FaultRecord], min_ratio: f64, max_
             v.push(Violation {
                 from_ms: f.t_ms,
                 to_ms: to,
-                detail: format!("{}: {ok}/{n} ok ({:.1}%), p99 {p} ms (bounds {:.0}%, {max_p99_ms} ms)", f.fault, ratio * 100.0, min_ratio * 100.0),
+                detail: format!(
+                    "{}: {ok}/{n} ok ({:.1}%), p99 {p} ms (bounds {:.0}%, {max_p99_ms} ms)",
+                    f.fault,
+                    ratio * 100.0,
+                    min_ratio * 100.0
+                ),
             });
         }
     }
@@ -347,7 +428,10 @@ pub fn availability(history: &[Op], faults: &[FaultRecord], min_ratio: f64, max_
     };
     (
         verdict,
-        format!("{ok}/{n} ok overall; worst window {:.1}% ok, worst p99 {worst_p99} ms", worst * 100.0),
+        format!(
+            "{ok}/{n} ok overall; worst window {:.1}% ok, worst p99 {worst_p99} ms",
+            worst * 100.0
+        ),
         serde_json::Value::Array(figures),
         v,
     )
@@ -385,9 +469,18 @@ impl ViewSample {
 /// After each fault's effect ends, how long until every live director
 /// holds the same members (the live ones), backends (the live ones) and
 /// pins.
-pub fn convergence(samples: &[ViewSample], faults: &[FaultRecord], bound_s: f64) -> (Verdict, String, serde_json::Value, Vec<Violation>) {
+pub fn convergence(
+    samples: &[ViewSample],
+    faults: &[FaultRecord],
+    bound_s: f64,
+) -> (Verdict, String, serde_json::Value, Vec<Violation>) {
     if samples.is_empty() {
-        return (Verdict::Unknown, "no director views were sampled".into(), serde_json::json!([]), vec![]);
+        return (
+            Verdict::Unknown,
+            "no director views were sampled".into(),
+            serde_json::json!([]),
+            vec![],
+        );
     }
     let mut figures = Vec::new();
     let mut v = Vec::new();
@@ -405,7 +498,11 @@ pub fn convergence(samples: &[ViewSample], faults: &[FaultRecord], bound_s: f64)
                     v.push(Violation {
                         from_ms: f.end_ms,
                         to_ms: t,
-                        detail: format!("{} {}: converged after {secs:.2}s (bound {bound_s}s)", f.fault, f.targets.join(",")),
+                        detail: format!(
+                            "{} {}: converged after {secs:.2}s (bound {bound_s}s)",
+                            f.fault,
+                            f.targets.join(",")
+                        ),
                     });
                 }
             }
@@ -417,12 +514,21 @@ pub fn convergence(samples: &[ViewSample], faults: &[FaultRecord], bound_s: f64)
                 figures.push(serde_json::json!({"fault": f.fault, "targets": f.targets, "converged_after_s": null}));
                 let detail = after
                     .last()
-                    .map(|s| format!("{:?} (live directors {:?}, backends {:?})", s.views, s.live_directors, s.live_backends))
+                    .map(|s| {
+                        format!(
+                            "{:?} (live directors {:?}, backends {:?})",
+                            s.views, s.live_directors, s.live_backends
+                        )
+                    })
                     .unwrap_or_default();
                 v.push(Violation {
                     from_ms: f.end_ms,
                     to_ms: last,
-                    detail: format!("{} {}: never converged; last views {detail}", f.fault, f.targets.join(",")),
+                    detail: format!(
+                        "{} {}: never converged; last views {detail}",
+                        f.fault,
+                        f.targets.join(",")
+                    ),
                 });
             }
         }
@@ -437,9 +543,21 @@ pub fn convergence(samples: &[ViewSample], faults: &[FaultRecord], bound_s: f64)
     (
         verdict,
         if faults.is_empty() {
-            format!("{} samples, directors agreed: {}", samples.len(), samples.iter().any(|s| s.agreed()))
+            format!(
+                "{} samples, directors agreed: {}",
+                samples.len(),
+                samples.iter().any(|s| s.agreed())
+            )
         } else {
-            format!("worst convergence {worst:.2}s after a fault (bound {bound_s}s)")
+            let never = figures
+                .iter()
+                .filter(|f| f["converged_after_s"].is_null())
+                .count();
+            if never > 0 {
+                format!("never converged after {never} of {} faults; worst of the rest {worst:.2}s (bound {bound_s}s)", faults.len())
+            } else {
+                format!("worst convergence {worst:.2}s after a fault (bound {bound_s}s)")
+            }
         },
         serde_json::Value::Array(figures),
         v,
@@ -464,7 +582,10 @@ pub struct TlsProbe {
 /// Every internal listener presents a leaf of the current generation,
 /// verified against the chain in use, and refuses a client without a
 /// certificate.
-pub fn tls(probes: &[TlsProbe], current: u32) -> (Verdict, String, serde_json::Value, Vec<Violation>) {
+pub fn tls(
+    probes: &[TlsProbe],
+    current: u32,
+) -> (Verdict, String, serde_json::Value, Vec<Violation>) {
     let mut v = Vec::new();
     for p in probes {
         if !p.verified || p.generation != Some(current) || !p.refuses_anonymous {
@@ -492,7 +613,11 @@ pub fn tls(probes: &[TlsProbe], current: u32) -> (Verdict, String, serde_json::V
     };
     (
         verdict,
-        format!("{} listeners probed, {} not on the current chain (generation {current})", probes.len(), v.len()),
+        format!(
+            "{} listeners probed, {} not on the current chain (generation {current})",
+            probes.len(),
+            v.len()
+        ),
         serde_json::json!({"probes": probes.len(), "bad": v.len(), "generation": current}),
         v,
     )
@@ -516,14 +641,27 @@ mod tests {
 
     #[test]
     fn delivered_counts_lost_and_duplicated() {
-        let h = vec![op("lmtp", "u", 1, true, "<a>"), op("lmtp", "u", 2, true, "<b>"), op("imap_append", "u", 3, true, "<c>"), op("lmtp", "u", 4, false, "<d>")];
-        let fs: FinalState = vec![("u".into(), 1, vec![(1, "<a>".into()), (2, "<c>".into()), (3, "<c>".into())])];
+        let h = vec![
+            op("lmtp", "u", 1, true, "<a>"),
+            op("lmtp", "u", 2, true, "<b>"),
+            op("imap_append", "u", 3, true, "<c>"),
+            op("lmtp", "u", 4, false, "<d>"),
+        ];
+        let fs: FinalState = vec![(
+            "u".into(),
+            1,
+            vec![(1, "<a>".into()), (2, "<c>".into()), (3, "<c>".into())],
+        )];
         let (v, _, fig, viol) = delivered(&h, Some(&fs));
         assert_eq!(v, Verdict::False);
         assert_eq!(fig["lost"], 1);
         assert_eq!(fig["duplicated"], 1);
         assert_eq!(viol.len(), 2);
-        let fs: FinalState = vec![("u".into(), 1, vec![(1, "<a>".into()), (2, "<b>".into()), (3, "<c>".into())])];
+        let fs: FinalState = vec![(
+            "u".into(),
+            1,
+            vec![(1, "<a>".into()), (2, "<b>".into()), (3, "<c>".into())],
+        )];
         assert_eq!(delivered(&h, Some(&fs)).0, Verdict::True);
         assert_eq!(delivered(&h, None).0, Verdict::Unknown);
     }
@@ -557,37 +695,80 @@ mod tests {
 
     #[test]
     fn overlapping_sessions_on_two_pods_split_a_user() {
-        let s = |pod: &str, a, b| Served { user: "u".into(), pod: pod.into(), from_ms: a, to_ms: b, what: "imap".into() };
-        assert_eq!(single_writer(&[s("b-0", 0, 10), s("b-1", 10, 20)]).0, Verdict::True);
-        assert_eq!(single_writer(&[s("b-0", 0, 10), s("b-0", 5, 20)]).0, Verdict::True);
-        assert_eq!(single_writer(&[s("b-0", 0, 10), s("b-1", 5, 20)]).0, Verdict::False);
+        let s = |pod: &str, a, b| Served {
+            user: "u".into(),
+            pod: pod.into(),
+            from_ms: a,
+            to_ms: b,
+            what: "imap".into(),
+        };
+        assert_eq!(
+            single_writer(&[s("b-0", 0, 10), s("b-1", 10, 20)]).0,
+            Verdict::True
+        );
+        assert_eq!(
+            single_writer(&[s("b-0", 0, 10), s("b-0", 5, 20)]).0,
+            Verdict::True
+        );
+        assert_eq!(
+            single_writer(&[s("b-0", 0, 10), s("b-1", 5, 20)]).0,
+            Verdict::False
+        );
         // A delivery (an instant) inside another pod's session.
-        assert_eq!(single_writer(&[s("b-0", 0, 10), s("b-1", 5, 5)]).0, Verdict::False);
+        assert_eq!(
+            single_writer(&[s("b-0", 0, 10), s("b-1", 5, 5)]).0,
+            Verdict::False
+        );
         assert_eq!(single_writer(&[]).0, Verdict::Unknown);
     }
 
     #[test]
     fn availability_judges_each_fault_window() {
-        let mut h: Vec<Op> = (0..100).map(|i| op("lookup", "u", i * 10, true, "")).collect();
+        let mut h: Vec<Op> = (0..100)
+            .map(|i| op("lookup", "u", i * 10, true, ""))
+            .collect();
         for o in h.iter_mut().skip(50).take(20) {
             o.ok = false;
         }
-        let f = FaultRecord { t_ms: 500, end_ms: 600, fault: "kill".into(), targets: vec![], detail: String::new(), ok: true };
+        let f = FaultRecord {
+            t_ms: 500,
+            end_ms: 600,
+            fault: "kill".into(),
+            targets: vec![],
+            detail: String::new(),
+            ok: true,
+        };
         assert_eq!(availability(&h, &[f.clone()], 0.5, 1000.0).0, Verdict::True);
         assert_eq!(availability(&h, &[f], 0.9, 1000.0).0, Verdict::False);
     }
 
     #[test]
     fn convergence_needs_agreement_on_the_live_set() {
-        let view = |m: &[&str]| (m.iter().map(|s| s.to_string()).collect(), vec!["b".to_string()], vec![]);
+        let view = |m: &[&str]| {
+            (
+                m.iter().map(|s| s.to_string()).collect(),
+                vec!["b".to_string()],
+                vec![],
+            )
+        };
         let sample = |t, a: &[&str], b: &[&str]| ViewSample {
             t_ms: t,
             views: BTreeMap::from([("d1".to_string(), view(a)), ("d2".to_string(), view(b))]),
             live_directors: vec!["x".into(), "y".into()],
             live_backends: vec!["b".into()],
         };
-        let f = FaultRecord { t_ms: 0, end_ms: 100, fault: "kill".into(), targets: vec![], detail: String::new(), ok: true };
-        let s = vec![sample(100, &["x", "y", "z"], &["x", "y"]), sample(1600, &["x", "y"], &["x", "y"])];
+        let f = FaultRecord {
+            t_ms: 0,
+            end_ms: 100,
+            fault: "kill".into(),
+            targets: vec![],
+            detail: String::new(),
+            ok: true,
+        };
+        let s = vec![
+            sample(100, &["x", "y", "z"], &["x", "y"]),
+            sample(1600, &["x", "y"], &["x", "y"]),
+        ];
         let (v, _, fig, _) = convergence(&s, &[f.clone()], 2.0);
         assert_eq!(v, Verdict::True);
         assert_eq!(fig[0]["converged_after_s"], 1.5);

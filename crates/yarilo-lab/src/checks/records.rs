@@ -19,7 +19,10 @@ pub fn parse_line(text: &str) -> Option<(String, BTreeMap<String, String>)> {
         let mut add = |obj: &serde_json::Value| {
             if let Some(o) = obj.as_object() {
                 for (k, v) in o {
-                    let s = v.as_str().map(String::from).unwrap_or_else(|| v.to_string());
+                    let s = v
+                        .as_str()
+                        .map(String::from)
+                        .unwrap_or_else(|| v.to_string());
                     m.insert(k.clone(), s);
                 }
             }
@@ -48,7 +51,8 @@ pub fn parse_line(text: &str) -> Option<(String, BTreeMap<String, String>)> {
             // Span fields sit before the message (`lmtp{session=…}:`).
             for part in text[..i].split(['{', '}', ' ', ':']) {
                 if let Some((k, v)) = part.split_once('=') {
-                    m.entry(k.to_string()).or_insert_with(|| v.trim_matches('"').to_string());
+                    m.entry(k.to_string())
+                        .or_insert_with(|| v.trim_matches('"').to_string());
                 }
             }
             return Some((msg.to_string(), m));
@@ -65,7 +69,11 @@ pub fn served(
     ends: &BTreeMap<String, u64>,
     run_end: u64,
 ) -> (Vec<Served>, BTreeMap<String, String>) {
-    let ms = |t: SystemTime| t.duration_since(start).map(|d| d.as_millis() as u64).unwrap_or(0);
+    let ms = |t: SystemTime| {
+        t.duration_since(start)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
+    };
     let mut open: BTreeMap<(String, String), (String, u64, String)> = BTreeMap::new();
     let mut out = Vec::new();
     // LMTP session id → pod (the id is in the 250 reply the client got).
@@ -73,7 +81,9 @@ pub fn served(
     let mut sorted: Vec<&(String, LogLine)> = lines.iter().collect();
     sorted.sort_by_key(|(_, l)| l.time);
     for (pod, l) in sorted {
-        let Some((msg, f)) = parse_line(&l.text) else { continue };
+        let Some((msg, f)) = parse_line(&l.text) else {
+            continue;
+        };
         let t = ms(l.time);
         match msg.as_str() {
             "preamble accepted" => {
@@ -84,15 +94,29 @@ pub fn served(
             }
             "session end" => {
                 if let Some(session) = f.get("session") {
-                    if let Some((user, from, service)) = open.remove(&(pod.clone(), session.clone())) {
-                        out.push(Served { user, pod: pod.clone(), from_ms: from, to_ms: t, what: service });
+                    if let Some((user, from, service)) =
+                        open.remove(&(pod.clone(), session.clone()))
+                    {
+                        out.push(Served {
+                            user,
+                            pod: pod.clone(),
+                            from_ms: from,
+                            to_ms: t,
+                            what: service,
+                        });
                     }
                 }
             }
             "delivery" => {
                 if f.get("result").map(String::as_str) == Some("ok") {
                     if let Some(user) = f.get("user") {
-                        out.push(Served { user: user.clone(), pod: pod.clone(), from_ms: t, to_ms: t, what: "lmtp".into() });
+                        out.push(Served {
+                            user: user.clone(),
+                            pod: pod.clone(),
+                            from_ms: t,
+                            to_ms: t,
+                            what: "lmtp".into(),
+                        });
                     }
                     if let Some(s) = f.get("session") {
                         lmtp_sessions.insert(s.clone(), pod.clone());
@@ -104,7 +128,13 @@ pub fn served(
     }
     for ((pod, _), (user, from, service)) in open {
         let to = ends.get(&pod).copied().unwrap_or(run_end).max(from);
-        out.push(Served { user, pod, from_ms: from, to_ms: to, what: format!("{service} (no end record)") });
+        out.push(Served {
+            user,
+            pod,
+            from_ms: from,
+            to_ms: to,
+            what: format!("{service} (no end record)"),
+        });
     }
     (out, lmtp_sessions)
 }
@@ -132,11 +162,31 @@ mod tests {
     fn sessions_become_intervals_and_open_ones_end_with_their_pod() {
         let start = SystemTime::UNIX_EPOCH;
         let at = |ms| start + Duration::from_millis(ms);
-        let line = |pod: &str, ms, text: &str| (pod.to_string(), LogLine { time: at(ms), text: text.into() });
+        let line = |pod: &str, ms, text: &str| {
+            (
+                pod.to_string(),
+                LogLine {
+                    time: at(ms),
+                    text: text.into(),
+                },
+            )
+        };
         let lines = vec![
-            line("b-0", 10, r#"{"fields":{"message":"preamble accepted","service":"imap","session":"s1","user":"u"}}"#),
-            line("b-0", 50, r#"{"fields":{"message":"session end","session":"s1","user":"u"}}"#),
-            line("b-1", 60, r#"{"fields":{"message":"preamble accepted","service":"imap","session":"s2","user":"u"}}"#),
+            line(
+                "b-0",
+                10,
+                r#"{"fields":{"message":"preamble accepted","service":"imap","session":"s1","user":"u"}}"#,
+            ),
+            line(
+                "b-0",
+                50,
+                r#"{"fields":{"message":"session end","session":"s1","user":"u"}}"#,
+            ),
+            line(
+                "b-1",
+                60,
+                r#"{"fields":{"message":"preamble accepted","service":"imap","session":"s2","user":"u"}}"#,
+            ),
         ];
         let ends = BTreeMap::from([("b-1".to_string(), 90u64)]);
         let (s, _) = served(&lines, start, &ends, 1000);

@@ -30,7 +30,9 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use tokio::sync::watch;
 
-use super::{ContainerPlan, ContainerState, Mount, NetRules, PodRuntime, SandboxPlan, Signal, VipRule};
+use super::{
+    ContainerPlan, ContainerState, Mount, NetRules, PodRuntime, SandboxPlan, Signal, VipRule,
+};
 use crate::manifests::{labels_match, Container, Objects, Probe, Workload, WorkloadKind};
 use crate::scenario::Mutation;
 use crate::{LabError, Result};
@@ -168,16 +170,18 @@ impl<R: PodRuntime> Cluster<R> {
         }
         for m in &mutations {
             if let Mutation::LocalVolume { workload, volume } = m {
-                let w = objects
-                    .workload_mut(workload)
-                    .ok_or_else(|| LabError::Manifest(format!("mutation: no workload {workload}")))?;
+                let w = objects.workload_mut(workload).ok_or_else(|| {
+                    LabError::Manifest(format!("mutation: no workload {workload}"))
+                })?;
                 let v = w
                     .template
                     .spec
                     .volumes
                     .iter_mut()
                     .find(|v| &v.name == volume)
-                    .ok_or_else(|| LabError::Manifest(format!("mutation: {workload} has no volume {volume}")))?;
+                    .ok_or_else(|| {
+                        LabError::Manifest(format!("mutation: {workload} has no volume {volume}"))
+                    })?;
                 v.persistent_volume_claim = None;
                 v.config_map = None;
                 v.secret = None;
@@ -329,7 +333,11 @@ impl<R: PodRuntime> Cluster<R> {
     }
 
     pub fn pods(&self) -> Vec<PodInfo> {
-        lock(&self.state).pods.values().map(|p| p.info.clone()).collect()
+        lock(&self.state)
+            .pods
+            .values()
+            .map(|p| p.info.clone())
+            .collect()
     }
 
     pub fn pod(&self, name: &str) -> Option<PodInfo> {
@@ -341,7 +349,11 @@ impl<R: PodRuntime> Cluster<R> {
         let mut v: Vec<PodInfo> = lock(&self.state)
             .pods
             .values()
-            .filter(|p| p.info.workload == workload && p.info.phase != Phase::Terminating && p.info.phase != Phase::Gone)
+            .filter(|p| {
+                p.info.workload == workload
+                    && p.info.phase != Phase::Terminating
+                    && p.info.phase != Phase::Gone
+            })
             .map(|p| p.info.clone())
             .collect();
         v.sort_by_key(|p| p.index);
@@ -353,7 +365,10 @@ impl<R: PodRuntime> Cluster<R> {
     }
 
     pub fn replicas(&self, workload: &str) -> Option<u32> {
-        lock(&self.state).workloads.get(workload).map(|w| w.replicas)
+        lock(&self.state)
+            .workloads
+            .get(workload)
+            .map(|w| w.replicas)
     }
 
     pub fn set_replicas(&self, workload: &str, n: u32) -> Result<()> {
@@ -542,7 +557,11 @@ impl<R: PodRuntime> Cluster<R> {
 
     /// `kubectl rollout restart`: every pod replaced in turn, each
     /// replacement Ready before the next old pod goes.
-    pub async fn rollout_restart(self: &Arc<Self>, workload: &str, timeout: Duration) -> Result<()> {
+    pub async fn rollout_restart(
+        self: &Arc<Self>,
+        workload: &str,
+        timeout: Duration,
+    ) -> Result<()> {
         let (kind, strategy) = {
             let st = lock(&self.state);
             let w = st
@@ -622,7 +641,9 @@ impl<R: PodRuntime> Cluster<R> {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(LabError::Substrate(format!("{pod} did not terminate in time")));
+                return Err(LabError::Substrate(format!(
+                    "{pod} did not terminate in time"
+                )));
             }
             tokio::time::sleep(TICK).await;
         }
@@ -631,7 +652,9 @@ impl<R: PodRuntime> Cluster<R> {
     /// Replaces a Secret's data and rewrites it in every pod that mounts
     /// it (atomic `..data` swap).
     pub fn update_secret(&self, name: &str, data: BTreeMap<String, Vec<u8>>) -> Result<()> {
-        lock(&self.objects).secrets.insert(name.to_string(), data.clone());
+        lock(&self.objects)
+            .secrets
+            .insert(name.to_string(), data.clone());
         let pods: Vec<(String, String)> = {
             let st = lock(&self.state);
             st.pods
@@ -643,7 +666,9 @@ impl<R: PodRuntime> Cluster<R> {
         for (pod, workload) in pods {
             let spec = {
                 let st = lock(&self.state);
-                st.workloads.get(&workload).map(|w| w.spec.template.spec.clone())
+                st.workloads
+                    .get(&workload)
+                    .map(|w| w.spec.template.spec.clone())
             };
             let Some(spec) = spec else { continue };
             for v in &spec.volumes {
@@ -675,9 +700,12 @@ impl<R: PodRuntime> Cluster<R> {
             .iter()
             .filter(|(_, w)| {
                 w.installed
-                    && w.spec.template.spec.volumes.iter().any(|v| {
-                        v.secret.as_ref().is_some_and(|s| s.secret_name == secret)
-                    })
+                    && w.spec
+                        .template
+                        .spec
+                        .volumes
+                        .iter()
+                        .any(|v| v.secret.as_ref().is_some_and(|s| s.secret_name == secret))
             })
             .map(|(id, _)| id.clone())
             .collect()
@@ -694,7 +722,12 @@ impl<R: PodRuntime> Cluster<R> {
             for id in ids {
                 let (installed, kind, name, want) = {
                     let w = &st.workloads[&id];
-                    (w.installed, w.spec.kind, w.spec.meta.name.clone(), w.replicas + w.surge)
+                    (
+                        w.installed,
+                        w.spec.kind,
+                        w.spec.meta.name.clone(),
+                        w.replicas + w.surge,
+                    )
                 };
                 if !installed {
                     continue;
@@ -731,7 +764,11 @@ impl<R: PodRuntime> Cluster<R> {
                             }
                             break;
                         }
-                        if let Some(top) = live.iter().filter(|p| p.info.index >= want).max_by_key(|p| p.info.index) {
+                        if let Some(top) = live
+                            .iter()
+                            .filter(|p| p.info.index >= want)
+                            .max_by_key(|p| p.info.index)
+                        {
                             delete.push(top.info.name.clone());
                         }
                     }
@@ -746,7 +783,9 @@ impl<R: PodRuntime> Cluster<R> {
                                 .collect();
                             let mut idx = 0;
                             for _ in n..want {
-                                while used.contains(&idx) || create.iter().any(|c| c.0 == id && c.1 == idx) {
+                                while used.contains(&idx)
+                                    || create.iter().any(|c| c.0 == id && c.1 == idx)
+                                {
                                     idx += 1;
                                 }
                                 create.push((id.clone(), idx, String::new()));
@@ -847,7 +886,13 @@ impl<R: PodRuntime> Cluster<R> {
     }
 
     /// Volumes and container plans of one pod.
-    fn plan_pod(&self, pod: &str, spec: &Workload, index: u32, ip: IpAddr) -> Result<(Vec<ContainerPlan>, Vec<ContainerPlan>)> {
+    fn plan_pod(
+        &self,
+        pod: &str,
+        spec: &Workload,
+        index: u32,
+        ip: IpAddr,
+    ) -> Result<(Vec<ContainerPlan>, Vec<ContainerPlan>)> {
         let objects = lock(&self.objects).clone();
         let pod_dir = self.dir.join("pods").join(pod);
         let mut vol_paths: BTreeMap<String, PathBuf> = BTreeMap::new();
@@ -857,12 +902,28 @@ impl<R: PodRuntime> Cluster<R> {
                 let data: BTreeMap<String, Vec<u8>> = objects
                     .config_maps
                     .get(&cm.name)
-                    .map(|d| d.iter().map(|(k, v)| (k.clone(), v.clone().into_bytes())).collect())
+                    .map(|d| {
+                        d.iter()
+                            .map(|(k, v)| (k.clone(), v.clone().into_bytes()))
+                            .collect()
+                    })
                     .unwrap_or_default();
-                write_atomic_dir(&dir, &select_items(&data, &cm.items), cm.default_mode.unwrap_or(0o644))?;
+                write_atomic_dir(
+                    &dir,
+                    &select_items(&data, &cm.items),
+                    cm.default_mode.unwrap_or(0o644),
+                )?;
             } else if let Some(s) = &v.secret {
-                let data = objects.secrets.get(&s.secret_name).cloned().unwrap_or_default();
-                write_atomic_dir(&dir, &select_items(&data, &s.items), s.default_mode.unwrap_or(0o644))?;
+                let data = objects
+                    .secrets
+                    .get(&s.secret_name)
+                    .cloned()
+                    .unwrap_or_default();
+                write_atomic_dir(
+                    &dir,
+                    &select_items(&data, &s.items),
+                    s.default_mode.unwrap_or(0o644),
+                )?;
             } else if let Some(c) = &v.persistent_volume_claim {
                 let d = self.dir.join("claims").join(&c.claim_name);
                 make_shared_dir(&d)?;
@@ -882,7 +943,11 @@ impl<R: PodRuntime> Cluster<R> {
             let mut env: Vec<(String, String)> = Vec::new();
             let lookup_key = |secret: bool, name: &str, key: &str| -> Option<String> {
                 if secret {
-                    objects.secrets.get(name)?.get(key).map(|b| String::from_utf8_lossy(b).into_owned())
+                    objects
+                        .secrets
+                        .get(name)?
+                        .get(key)
+                        .map(|b| String::from_utf8_lossy(b).into_owned())
                 } else {
                     objects.config_maps.get(name)?.get(key).cloned()
                 }
@@ -891,11 +956,19 @@ impl<R: PodRuntime> Cluster<R> {
                 let prefix = ef.prefix.clone().unwrap_or_default();
                 if let Some(r) = &ef.secret_ref {
                     for (k, v) in objects.secrets.get(&r.name).cloned().unwrap_or_default() {
-                        env.push((format!("{prefix}{k}"), String::from_utf8_lossy(&v).into_owned()));
+                        env.push((
+                            format!("{prefix}{k}"),
+                            String::from_utf8_lossy(&v).into_owned(),
+                        ));
                     }
                 }
                 if let Some(r) = &ef.config_map_ref {
-                    for (k, v) in objects.config_maps.get(&r.name).cloned().unwrap_or_default() {
+                    for (k, v) in objects
+                        .config_maps
+                        .get(&r.name)
+                        .cloned()
+                        .unwrap_or_default()
+                    {
                         env.push((format!("{prefix}{k}"), v));
                     }
                 }
@@ -987,8 +1060,20 @@ impl<R: PodRuntime> Cluster<R> {
                 working_dir: c.working_dir.clone(),
             })
         };
-        let init = spec.template.spec.init_containers.iter().map(plan).collect::<Result<Vec<_>>>()?;
-        let main = spec.template.spec.containers.iter().map(plan).collect::<Result<Vec<_>>>()?;
+        let init = spec
+            .template
+            .spec
+            .init_containers
+            .iter()
+            .map(plan)
+            .collect::<Result<Vec<_>>>()?;
+        let main = spec
+            .template
+            .spec
+            .containers
+            .iter()
+            .map(plan)
+            .collect::<Result<Vec<_>>>()?;
         Ok((init, main))
     }
 
@@ -1073,8 +1158,20 @@ impl<R: PodRuntime> Cluster<R> {
                     p.phase = Phase::Terminating;
                     p.ready = false;
                 });
-                self.event(pod, if graceful { "terminating (SIGTERM)" } else { "killed (SIGKILL)" });
-                self.terminate(&cs, graceful, spec.template.spec.termination_grace_period_seconds).await;
+                self.event(
+                    pod,
+                    if graceful {
+                        "terminating (SIGTERM)"
+                    } else {
+                        "killed (SIGKILL)"
+                    },
+                );
+                self.terminate(
+                    &cs,
+                    graceful,
+                    spec.template.spec.termination_grace_period_seconds,
+                )
+                .await;
                 return Ok(());
             }
             let now = Instant::now();
@@ -1087,7 +1184,14 @@ impl<R: PodRuntime> Cluster<R> {
                             let wait = backoff(k.restarts);
                             k.restart_at = Some(now + wait);
                             k.ready = false;
-                            self.event(pod, format!("container {} exited {code}; restart in {}s", k.plan.name, wait.as_secs()));
+                            self.event(
+                                pod,
+                                format!(
+                                    "container {} exited {code}; restart in {}s",
+                                    k.plan.name,
+                                    wait.as_secs()
+                                ),
+                            );
                             self.update(pod, |p| p.restarts += 1);
                         }
                     }
@@ -1126,9 +1230,22 @@ impl<R: PodRuntime> Cluster<R> {
                 if let Some(result) = self.probe_due(k, ip, ProbeKind::Startup, now).await {
                     if result {
                         k.started = true;
-                    } else if k.fails[0] >= k.spec.startup_probe.as_ref().map_or(3, |p| p.failure_threshold) {
-                        self.event(pod, format!("container {} startup probe failed; restarting", k.plan.name));
-                        self.restart_container(pod, k, spec.template.spec.termination_grace_period_seconds).await;
+                    } else if k.fails[0]
+                        >= k.spec
+                            .startup_probe
+                            .as_ref()
+                            .map_or(3, |p| p.failure_threshold)
+                    {
+                        self.event(
+                            pod,
+                            format!("container {} startup probe failed; restarting", k.plan.name),
+                        );
+                        self.restart_container(
+                            pod,
+                            k,
+                            spec.template.spec.termination_grace_period_seconds,
+                        )
+                        .await;
                         continue;
                     }
                 }
@@ -1136,10 +1253,25 @@ impl<R: PodRuntime> Cluster<R> {
                     continue;
                 }
                 if let Some(false) = self.probe_due(k, ip, ProbeKind::Liveness, now).await {
-                    let th = k.spec.liveness_probe.as_ref().map_or(3, |p| p.failure_threshold);
+                    let th = k
+                        .spec
+                        .liveness_probe
+                        .as_ref()
+                        .map_or(3, |p| p.failure_threshold);
                     if k.fails[1] >= th {
-                        self.event(pod, format!("container {} liveness failed {th} times; restarting", k.plan.name));
-                        self.restart_container(pod, k, spec.template.spec.termination_grace_period_seconds).await;
+                        self.event(
+                            pod,
+                            format!(
+                                "container {} liveness failed {th} times; restarting",
+                                k.plan.name
+                            ),
+                        );
+                        self.restart_container(
+                            pod,
+                            k,
+                            spec.template.spec.termination_grace_period_seconds,
+                        )
+                        .await;
                         continue;
                     }
                 }
@@ -1174,7 +1306,10 @@ impl<R: PodRuntime> Cluster<R> {
         let _ = self.rt.signal(&k.id, Signal::Term).await;
         let deadline = Instant::now() + Duration::from_secs(u64::from(grace));
         while Instant::now() < deadline {
-            if !matches!(self.rt.state(&k.id).await, Ok(ContainerState::Running) | Ok(ContainerState::Paused)) {
+            if !matches!(
+                self.rt.state(&k.id).await,
+                Ok(ContainerState::Running) | Ok(ContainerState::Paused)
+            ) {
                 break;
             }
             tokio::time::sleep(TICK).await;
@@ -1197,7 +1332,10 @@ impl<R: PodRuntime> Cluster<R> {
             while Instant::now() < deadline {
                 let mut any = false;
                 for k in cs {
-                    if matches!(self.rt.state(&k.id).await, Ok(ContainerState::Running) | Ok(ContainerState::Paused)) {
+                    if matches!(
+                        self.rt.state(&k.id).await,
+                        Ok(ContainerState::Running) | Ok(ContainerState::Paused)
+                    ) {
                         any = true;
                     }
                 }
@@ -1264,10 +1402,17 @@ impl<R: PodRuntime> Cluster<R> {
 
     /// Log lines of every container of a workload's pods, live and past:
     /// (pod, pod IP, line).
-    pub async fn workload_logs(&self, workload: &str) -> Vec<(String, Option<IpAddr>, super::LogLine)> {
+    pub async fn workload_logs(
+        &self,
+        workload: &str,
+    ) -> Vec<(String, Option<IpAddr>, super::LogLine)> {
         let mut out = Vec::new();
         // Live pods from the runtime; gone ones from their saved files.
-        let live: Vec<PodInfo> = self.pods().into_iter().filter(|p| p.workload == workload).collect();
+        let live: Vec<PodInfo> = self
+            .pods()
+            .into_iter()
+            .filter(|p| p.workload == workload)
+            .collect();
         let live_names: BTreeSet<String> = live.iter().map(|p| p.name.clone()).collect();
         for p in &live {
             for (_, id) in &p.container_ids {
@@ -1304,7 +1449,8 @@ impl<R: PodRuntime> Cluster<R> {
                                 pod.clone(),
                                 ips.get(&pod).copied(),
                                 super::LogLine {
-                                    time: super::docker::parse_rfc3339(ts).unwrap_or(SystemTime::UNIX_EPOCH),
+                                    time: super::docker::parse_rfc3339(ts)
+                                        .unwrap_or(SystemTime::UNIX_EPOCH),
                                     text: rest.to_string(),
                                 },
                             ));
@@ -1316,7 +1462,13 @@ impl<R: PodRuntime> Cluster<R> {
         out
     }
 
-    async fn probe_due(&self, k: &mut Kubelet, ip: IpAddr, kind: ProbeKind, now: Instant) -> Option<bool> {
+    async fn probe_due(
+        &self,
+        k: &mut Kubelet,
+        ip: IpAddr,
+        kind: ProbeKind,
+        now: Instant,
+    ) -> Option<bool> {
         let i = kind as usize;
         let probe = match kind {
             ProbeKind::Startup => k.spec.startup_probe.clone(),
@@ -1387,9 +1539,13 @@ impl<R: PodRuntime> Cluster<R> {
                 .services
                 .iter()
                 .filter_map(|s| {
-                    st.vips
-                        .get(&s.meta.name)
-                        .map(|ip| (s.meta.name.clone(), *ip, s.ports.iter().map(|p| p.port).collect()))
+                    st.vips.get(&s.meta.name).map(|ip| {
+                        (
+                            s.meta.name.clone(),
+                            *ip,
+                            s.ports.iter().map(|p| p.port).collect(),
+                        )
+                    })
                 })
                 .collect()
         };
@@ -1453,7 +1609,11 @@ impl<R: PodRuntime> Cluster<R> {
         }
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
-            let left = lock(&self.state).pods.values().filter(|p| p.info.phase != Phase::Gone).count();
+            let left = lock(&self.state)
+                .pods
+                .values()
+                .filter(|p| p.info.phase != Phase::Gone)
+                .count();
             if left == 0 {
                 break;
             }
@@ -1626,7 +1786,8 @@ pub fn write_atomic_dir(dir: &Path, files: &BTreeMap<String, Vec<u8>>, mode: u32
             std::fs::create_dir_all(parent).map_err(LabError::io(parent))?;
         }
         std::fs::write(&p, v).map_err(LabError::io(&p))?;
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).map_err(LabError::io(&p))?;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))
+            .map_err(LabError::io(&p))?;
     }
     let tmp = dir.join("..data_tmp");
     let _ = std::fs::remove_file(&tmp);

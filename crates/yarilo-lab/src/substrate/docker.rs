@@ -84,7 +84,10 @@ impl DockerRuntime {
             })
             .await?;
         let info = docker
-            .inspect_network(&network, None::<bollard::query_parameters::InspectNetworkOptions>)
+            .inspect_network(
+                &network,
+                None::<bollard::query_parameters::InspectNetworkOptions>,
+            )
             .await?;
         let cfg = info
             .ipam
@@ -142,14 +145,20 @@ impl DockerRuntime {
         }
         let info = self
             .docker
-            .inspect_container(sandbox, None::<bollard::query_parameters::InspectContainerOptions>)
+            .inspect_container(
+                sandbox,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
             .await?;
         let pid = info
             .state
             .and_then(|s| s.pid)
             .filter(|p| *p > 0)
             .ok_or_else(|| LabError::Substrate(format!("sandbox {sandbox} has no process")))?;
-        self.pids.lock().map_err(poisoned)?.insert(sandbox.to_string(), pid);
+        self.pids
+            .lock()
+            .map_err(poisoned)?
+            .insert(sandbox.to_string(), pid);
         Ok(pid)
     }
 
@@ -231,11 +240,17 @@ impl PodRuntime for DockerRuntime {
             )
             .await?;
         self.docker
-            .start_container(&created.id, None::<bollard::query_parameters::StartContainerOptions>)
+            .start_container(
+                &created.id,
+                None::<bollard::query_parameters::StartContainerOptions>,
+            )
             .await?;
         let info = self
             .docker
-            .inspect_container(&created.id, None::<bollard::query_parameters::InspectContainerOptions>)
+            .inspect_container(
+                &created.id,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
             .await?;
         let ip = info
             .network_settings
@@ -245,15 +260,26 @@ impl PodRuntime for DockerRuntime {
             .and_then(|ip| ip.parse().ok())
             .ok_or_else(|| LabError::Substrate(format!("pod {} got no address", plan.pod)))?;
         if let Some(pid) = info.state.and_then(|s| s.pid) {
-            self.pids.lock().map_err(poisoned)?.insert(created.id.clone(), pid);
+            self.pids
+                .lock()
+                .map_err(poisoned)?
+                .insert(created.id.clone(), pid);
         }
         Ok((created.id, ip))
     }
 
-    async fn start_container(&self, sandbox: &str, plan: &ContainerPlan, attempt: u32) -> Result<String> {
+    async fn start_container(
+        &self,
+        sandbox: &str,
+        plan: &ContainerPlan,
+        attempt: u32,
+    ) -> Result<String> {
         let info = self
             .docker
-            .inspect_container(sandbox, None::<bollard::query_parameters::InspectContainerOptions>)
+            .inspect_container(
+                sandbox,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
             .await?;
         let pod = info
             .config
@@ -295,7 +321,10 @@ impl PodRuntime for DockerRuntime {
             )
             .await?;
         self.docker
-            .start_container(&created.id, None::<bollard::query_parameters::StartContainerOptions>)
+            .start_container(
+                &created.id,
+                None::<bollard::query_parameters::StartContainerOptions>,
+            )
             .await?;
         Ok(created.id)
     }
@@ -304,7 +333,10 @@ impl PodRuntime for DockerRuntime {
         use bollard::models::ContainerStateStatusEnum as S;
         match self
             .docker
-            .inspect_container(container, None::<bollard::query_parameters::InspectContainerOptions>)
+            .inspect_container(
+                container,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
             .await
         {
             Ok(info) => {
@@ -331,7 +363,11 @@ impl PodRuntime for DockerRuntime {
             .docker
             .kill_container(
                 container,
-                Some(KillContainerOptionsBuilder::new().signal(sig.name()).build()),
+                Some(
+                    KillContainerOptionsBuilder::new()
+                        .signal(sig.name())
+                        .build(),
+                ),
             )
             .await;
         match r {
@@ -362,13 +398,19 @@ impl PodRuntime for DockerRuntime {
             .docker
             .remove_container(
                 container,
-                Some(RemoveContainerOptionsBuilder::new().force(true).v(true).build()),
+                Some(
+                    RemoveContainerOptionsBuilder::new()
+                        .force(true)
+                        .v(true)
+                        .build(),
+                ),
             )
             .await;
         match r {
-            Ok(()) | Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
-                Ok(())
-            }
+            Ok(())
+            | Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
@@ -493,7 +535,10 @@ impl PodRuntime for DockerRuntime {
             )));
         }
         if first {
-            self.hooked.lock().map_err(poisoned)?.insert(sandbox.to_string());
+            self.hooked
+                .lock()
+                .map_err(poisoned)?
+                .insert(sandbox.to_string());
         }
         Ok(())
     }
@@ -555,7 +600,10 @@ async fn remove_run(docker: &Docker, suffix: &str) -> Result<usize> {
     for c in apps.into_iter().chain(sandboxes) {
         if let Some(id) = c.id {
             let _ = docker
-                .kill_container(&id, Some(KillContainerOptionsBuilder::new().signal("SIGKILL").build()))
+                .kill_container(
+                    &id,
+                    Some(KillContainerOptionsBuilder::new().signal("SIGKILL").build()),
+                )
                 .await;
             let _ = docker
                 .disconnect_network(
@@ -569,7 +617,12 @@ async fn remove_run(docker: &Docker, suffix: &str) -> Result<usize> {
             let r = docker
                 .remove_container(
                     &id,
-                    Some(RemoveContainerOptionsBuilder::new().force(true).v(true).build()),
+                    Some(
+                        RemoveContainerOptionsBuilder::new()
+                            .force(true)
+                            .v(true)
+                            .build(),
+                    ),
                 )
                 .await;
             if r.is_ok() {
@@ -578,7 +631,9 @@ async fn remove_run(docker: &Docker, suffix: &str) -> Result<usize> {
         }
     }
     let nets = docker
-        .list_networks(Some(ListNetworksOptionsBuilder::new().filters(&filters).build()))
+        .list_networks(Some(
+            ListNetworksOptionsBuilder::new().filters(&filters).build(),
+        ))
         .await?;
     for net in nets {
         if let Some(name) = net.name {

@@ -57,22 +57,40 @@ pub struct Plan {
 }
 
 fn cli(argv: &[&str]) -> Step {
-    Step::Cli { argv: argv.iter().map(|s| s.to_string()).collect() }
+    Step::Cli {
+        argv: argv.iter().map(|s| s.to_string()).collect(),
+    }
 }
 
 fn api(method: &str, path: String, body: Option<serde_json::Value>) -> Step {
-    Step::Api { method: method.into(), path, body }
+    Step::Api {
+        method: method.into(),
+        path,
+        body,
+    }
 }
 
 fn workload_path(ns: &str, w: &str) -> String {
     let (kind, name) = w.split_once('/').unwrap_or(("deployment", w));
-    let plural = if kind == "statefulset" { "statefulsets" } else { "deployments" };
+    let plural = if kind == "statefulset" {
+        "statefulsets"
+    } else {
+        "deployments"
+    };
     format!("/apis/apps/v1/namespaces/{ns}/{plural}/{name}")
 }
 
 /// Pods of a selector: list them by the workload's selector, then pick.
 fn pick_steps(ns: &str, s: &PodSelector) -> (Step, String) {
-    let list = api("GET", format!("{}/../../pods?labelSelector=<{}.spec.selector>", workload_path(ns, &s.workload), s.workload), None);
+    let list = api(
+        "GET",
+        format!(
+            "{}/../../pods?labelSelector=<{}.spec.selector>",
+            workload_path(ns, &s.workload),
+            s.workload
+        ),
+        None,
+    );
     let which = match &s.pick {
         Pick::Index(i) => format!("{{pod {i} of {}}}", s.workload),
         Pick::Name(PickName::All) => format!("{{every pod of {}}}", s.workload),
@@ -110,13 +128,26 @@ pub fn plan_for(s: &Scenario) -> Plan {
     let ns = s.topology.namespace.clone();
     let cluster = format!("yarilo-lab-{}", s.name);
     let mut setup = vec![
-        cli(&["kind", "create", "cluster", "--name", &cluster, "--wait", "120s"]),
+        cli(&[
+            "kind", "create", "cluster", "--name", &cluster, "--wait", "120s",
+        ]),
         cli(&["images/build", "lab-images"]),
     ];
     for image in ["yarilo", "redis"] {
-        setup.push(cli(&["kind", "load", "image-archive", &format!("lab-images/{image}.tar"), "--name", &cluster]));
+        setup.push(cli(&[
+            "kind",
+            "load",
+            "image-archive",
+            &format!("lab-images/{image}.tar"),
+            "--name",
+            &cluster,
+        ]));
     }
-    setup.push(api("POST", "/api/v1/namespaces".into(), Some(serde_json::json!({"metadata": {"name": ns}}))));
+    setup.push(api(
+        "POST",
+        "/api/v1/namespaces".into(),
+        Some(serde_json::json!({"metadata": {"name": ns}})),
+    ));
     setup.push(api(
         "POST",
         format!("/api/v1/namespaces/{ns}/secrets"),
@@ -134,17 +165,42 @@ pub fn plan_for(s: &Scenario) -> Plan {
     }
     for r in &s.topology.releases {
         match &r.chart {
-            Some(chart) => setup.push(cli(&["helm", "install", &r.name, chart, "--namespace", &ns, "-f", &format!("<values of {}>", r.name), "--wait", "--timeout", "180s"])),
+            Some(chart) => setup.push(cli(&[
+                "helm",
+                "install",
+                &r.name,
+                chart,
+                "--namespace",
+                &ns,
+                "-f",
+                &format!("<values of {}>", r.name),
+                "--wait",
+                "--timeout",
+                "180s",
+            ])),
             None => {
                 for m in &r.manifests {
                     setup.push(cli(&["kubectl", "apply", "--namespace", &ns, "-f", m]));
                 }
-                setup.push(cli(&["kubectl", "wait", "--namespace", &ns, "--for=condition=Ready", "pods", "--all", "--timeout=180s"]));
+                setup.push(cli(&[
+                    "kubectl",
+                    "wait",
+                    "--namespace",
+                    &ns,
+                    "--for=condition=Ready",
+                    "pods",
+                    "--all",
+                    "--timeout=180s",
+                ]));
             }
         }
     }
     for (id, n) in &s.topology.scale {
-        setup.push(api("PATCH", format!("{}/scale", workload_path(&ns, id)), Some(serde_json::json!({"spec": {"replicas": n}}))));
+        setup.push(api(
+            "PATCH",
+            format!("{}/scale", workload_path(&ns, id)),
+            Some(serde_json::json!({"spec": {"replicas": n}})),
+        ));
     }
     let mut faults = Vec::new();
     for f in &s.faults {
@@ -153,7 +209,11 @@ pub fn plan_for(s: &Scenario) -> Plan {
             FaultAction::Kill { target } => {
                 let (list, which) = pick_steps(&ns, target);
                 steps.push(list);
-                steps.push(api("DELETE", format!("{}?gracePeriodSeconds=0", pod_path(&ns, &which)), None));
+                steps.push(api(
+                    "DELETE",
+                    format!("{}?gracePeriodSeconds=0", pod_path(&ns, &which)),
+                    None,
+                ));
             }
             FaultAction::Term { target } => {
                 let (list, which) = pick_steps(&ns, target);
@@ -164,7 +224,10 @@ pub fn plan_for(s: &Scenario) -> Plan {
                 let (list, which) = pick_steps(&ns, target);
                 steps.push(list);
                 steps.extend(signal_steps(&ns, &which, "STOP"));
-                steps.push(Step::Wait { what: "pause".into(), seconds: *seconds });
+                steps.push(Step::Wait {
+                    what: "pause".into(),
+                    seconds: *seconds,
+                });
                 steps.extend(signal_steps(&ns, &which, "CONT"));
             }
             FaultAction::RollingRestart { workload } => {
@@ -173,11 +236,20 @@ pub fn plan_for(s: &Scenario) -> Plan {
                     workload_path(&ns, workload),
                     Some(serde_json::json!({"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": "<now>"}}}}})),
                 ));
-                steps.push(cli(&["kubectl", "rollout", "status", "--namespace", &ns, workload, "--timeout=180s"]));
+                steps.push(cli(&[
+                    "kubectl",
+                    "rollout",
+                    "status",
+                    "--namespace",
+                    &ns,
+                    workload,
+                    "--timeout=180s",
+                ]));
             }
             FaultAction::Partition { a, b, seconds } => {
                 let name = format!("lab-partition-{}", faults.len());
-                let sel = |v: &Vec<PodSelector>| v.iter().map(|p| p.workload.clone()).collect::<Vec<_>>();
+                let sel =
+                    |v: &Vec<PodSelector>| v.iter().map(|p| p.workload.clone()).collect::<Vec<_>>();
                 for (from, to, suffix) in [(sel(a), sel(b), "a"), (sel(b), sel(a), "b")] {
                     steps.push(api(
                         "POST",
@@ -189,59 +261,143 @@ pub fn plan_for(s: &Scenario) -> Plan {
                                      "egress": [{"to": [{"podSelector": {"matchExpressions": format!("<not pods of {to:?}>")}}]}]}})),
                     ));
                 }
-                steps.push(Step::Wait { what: "partition".into(), seconds: *seconds });
+                steps.push(Step::Wait {
+                    what: "partition".into(),
+                    seconds: *seconds,
+                });
                 for suffix in ["a", "b"] {
                     steps.push(api("DELETE", format!("/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies/{name}-{suffix}"), None));
                 }
             }
             FaultAction::Scale { workload, replicas } => {
-                steps.push(api("PATCH", format!("{}/scale", workload_path(&ns, workload)), Some(serde_json::json!({"spec": {"replicas": replicas}}))));
+                steps.push(api(
+                    "PATCH",
+                    format!("{}/scale", workload_path(&ns, workload)),
+                    Some(serde_json::json!({"spec": {"replicas": replicas}})),
+                ));
             }
-            FaultAction::RingChurn { workload, low, high, rounds, every_seconds } => {
+            FaultAction::RingChurn {
+                workload,
+                low,
+                high,
+                rounds,
+                every_seconds,
+            } => {
                 for _ in 0..*rounds {
                     for n in [high, low] {
-                        steps.push(api("PATCH", format!("{}/scale", workload_path(&ns, workload)), Some(serde_json::json!({"spec": {"replicas": n}}))));
-                        steps.push(cli(&["kubectl", "rollout", "status", "--namespace", &ns, workload]));
-                        steps.push(Step::Wait { what: "churn".into(), seconds: *every_seconds });
+                        steps.push(api(
+                            "PATCH",
+                            format!("{}/scale", workload_path(&ns, workload)),
+                            Some(serde_json::json!({"spec": {"replicas": n}})),
+                        ));
+                        steps.push(cli(&[
+                            "kubectl",
+                            "rollout",
+                            "status",
+                            "--namespace",
+                            &ns,
+                            workload,
+                        ]));
+                        steps.push(Step::Wait {
+                            what: "churn".into(),
+                            seconds: *every_seconds,
+                        });
                     }
                 }
             }
-            FaultAction::BackendFlap { target, times, down_seconds, up_seconds } => {
+            FaultAction::BackendFlap {
+                target,
+                times,
+                down_seconds,
+                up_seconds,
+            } => {
                 let (list, which) = pick_steps(&ns, target);
                 steps.push(list);
                 for _ in 0..*times {
                     steps.extend(signal_steps(&ns, &which, "STOP"));
-                    steps.push(Step::Wait { what: "down".into(), seconds: *down_seconds });
+                    steps.push(Step::Wait {
+                        what: "down".into(),
+                        seconds: *down_seconds,
+                    });
                     steps.extend(signal_steps(&ns, &which, "CONT"));
-                    steps.push(Step::Wait { what: "up".into(), seconds: *up_seconds });
+                    steps.push(Step::Wait {
+                        what: "up".into(),
+                        seconds: *up_seconds,
+                    });
                 }
             }
             FaultAction::RedisFailover => {
                 if let Some(p) = &s.topology.sentinel {
-                    steps.push(api("GET", format!("/api/v1/namespaces/{ns}/pods?labelSelector=role%3Dmaster"), None));
-                    steps.push(api("DELETE", format!("{}?gracePeriodSeconds=0", pod_path(&ns, &format!("{{primary of {}}}", p.redis))), None));
+                    steps.push(api(
+                        "GET",
+                        format!("/api/v1/namespaces/{ns}/pods?labelSelector=role%3Dmaster"),
+                        None,
+                    ));
+                    steps.push(api(
+                        "DELETE",
+                        format!(
+                            "{}?gracePeriodSeconds=0",
+                            pod_path(&ns, &format!("{{primary of {}}}", p.redis))
+                        ),
+                        None,
+                    ));
                 }
             }
             FaultAction::LocksReplicaLoss { workload } => {
-                let (list, which) = pick_steps(&ns, &PodSelector { workload: workload.clone(), pick: Pick::default() });
+                let (list, which) = pick_steps(
+                    &ns,
+                    &PodSelector {
+                        workload: workload.clone(),
+                        pick: Pick::default(),
+                    },
+                );
                 steps.push(list);
-                steps.push(api("DELETE", format!("{}?gracePeriodSeconds=0", pod_path(&ns, &which)), None));
+                steps.push(api(
+                    "DELETE",
+                    format!("{}?gracePeriodSeconds=0", pod_path(&ns, &which)),
+                    None,
+                ));
             }
             FaultAction::CertRotation { restart } => {
                 if let Some(tls) = &s.topology.internal_tls {
                     for role in &tls.roles {
-                        steps.push(api("PUT", format!("/api/v1/namespaces/{ns}/secrets/{}{role}", tls.secret_prefix), Some(serde_json::json!({"data": "<generation n+1>"}))));
+                        steps.push(api(
+                            "PUT",
+                            format!(
+                                "/api/v1/namespaces/{ns}/secrets/{}{role}",
+                                tls.secret_prefix
+                            ),
+                            Some(serde_json::json!({"data": "<generation n+1>"})),
+                        ));
                     }
                     if *restart {
-                        steps.push(cli(&["kubectl", "rollout", "restart", "--namespace", &ns, "<every workload mounting one>"]));
+                        steps.push(cli(&[
+                            "kubectl",
+                            "rollout",
+                            "restart",
+                            "--namespace",
+                            &ns,
+                            "<every workload mounting one>",
+                        ]));
                     }
                 }
             }
         }
-        faults.push(FaultPlan { at_seconds: f.at_seconds, fault: f.action.name().into(), steps });
+        faults.push(FaultPlan {
+            at_seconds: f.at_seconds,
+            fault: f.action.name().into(),
+            steps,
+        });
     }
     let teardown = vec![cli(&["kind", "delete", "cluster", "--name", &cluster])];
-    Plan { scenario: s.name.clone(), cluster, namespace: ns, setup, faults, teardown }
+    Plan {
+        scenario: s.name.clone(),
+        cluster,
+        namespace: ns,
+        setup,
+        faults,
+        teardown,
+    }
 }
 
 pub fn plan(s: &Scenario, _root: &Path) -> anyhow::Result<String> {

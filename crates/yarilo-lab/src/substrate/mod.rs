@@ -151,7 +151,8 @@ pub trait PodRuntime: Send + Sync + 'static {
     ) -> impl Future<Output = Result<i64>> + Send;
     fn logs(&self, container: &str) -> impl Future<Output = Result<Vec<LogLine>>> + Send;
     /// Installs a pod's packet rules (replacing the previous ones).
-    fn set_rules(&self, sandbox: &str, rules: &NetRules) -> impl Future<Output = Result<()>> + Send;
+    fn set_rules(&self, sandbox: &str, rules: &NetRules)
+        -> impl Future<Output = Result<()>> + Send;
     /// Removes everything the runtime created.
     fn teardown(&self) -> impl Future<Output = Result<usize>> + Send;
     /// What the runtime knows of itself for the environment fingerprint.
