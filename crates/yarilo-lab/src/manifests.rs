@@ -656,10 +656,24 @@ impl Objects {
                 .iter()
                 .any(|w| labels_match(&s.selector, &w.template.metadata.labels));
             if !any {
-                return Err(LabError::Manifest(format!(
-                    "Service/{} selects no workload ({:?})",
+                // Labels a hook sets at run time (a Redis `role=master`)
+                // are not in any template: such a Service selects pods
+                // once they are labelled.
+                let later = self.workloads.iter().any(|w| {
+                    let l = &w.template.metadata.labels;
+                    s.selector.iter().all(|(k, v)| l.get(k).is_none_or(|x| x == v))
+                        && s.selector.keys().any(|k| l.contains_key(k))
+                });
+                if !later {
+                    return Err(LabError::Manifest(format!(
+                        "Service/{} selects no workload ({:?})",
+                        s.meta.name, s.selector
+                    )));
+                }
+                notes.push(format!(
+                    "Service/{}: selects pods only once they carry {:?} (set at run time)",
                     s.meta.name, s.selector
-                )));
+                ));
             }
         }
         for o in &self.ignored_objects {

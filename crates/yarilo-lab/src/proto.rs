@@ -220,10 +220,13 @@ impl<S: Stream> Imap<S> {
         Ok(appenduid(&status))
     }
 
-    /// UID FETCH of every message's Message-ID: (uid, message-id).
-    pub async fn message_ids(&mut self) -> PResult<Vec<(u32, String)>> {
+    /// UID FETCH of the Message-IDs of UIDs `from:*`: (uid, message-id).
+    pub async fn message_ids(&mut self, from: u32) -> PResult<Vec<(u32, String)>> {
         let (lines, _) = self
-            .cmd("UID FETCH 1:* (UID BODY.PEEK[HEADER.FIELDS (MESSAGE-ID)])")
+            .cmd(&format!(
+                "UID FETCH {}:* (UID BODY.PEEK[HEADER.FIELDS (MESSAGE-ID)])",
+                from.max(1)
+            ))
             .await?;
         let mut out = Vec::new();
         for l in lines {
@@ -517,7 +520,7 @@ mod tests {
                 .unwrap();
         });
         let mut c = Imap::start(a).await.unwrap();
-        let ids = c.message_ids().await.unwrap();
+        let ids = c.message_ids(1).await.unwrap();
         assert_eq!(ids, vec![(4, "<x@y>".to_string())]);
         server.await.unwrap();
     }

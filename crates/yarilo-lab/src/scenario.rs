@@ -251,6 +251,13 @@ pub enum Mutation {
     /// Replace a pod volume's source with an emptyDir (node-local,
     /// per-pod storage instead of, say, the tag's shared RWX claim).
     LocalVolume { workload: String, volume: String },
+    /// Merge YAML into a container's spec (a probe, a command, …).
+    Container {
+        workload: String,
+        container: String,
+        #[schemars(with = "serde_json::Value")]
+        merge: serde_yaml::Value,
+    },
     /// Merge YAML into a config file held in a ConfigMap key.
     Config {
         config_map: String,

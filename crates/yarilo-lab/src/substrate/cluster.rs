@@ -188,6 +188,23 @@ impl<R: PodRuntime> Cluster<R> {
                 v.empty_dir = Some(serde_yaml::Value::Mapping(Default::default()));
             }
         }
+        for m in &mutations {
+            if let Mutation::Container { workload, container, merge } = m {
+                let w = objects
+                    .workload_mut(workload)
+                    .ok_or_else(|| LabError::Manifest(format!("mutation: no workload {workload}")))?;
+                let c = w
+                    .template
+                    .spec
+                    .containers
+                    .iter_mut()
+                    .find(|c| &c.name == container)
+                    .ok_or_else(|| LabError::Manifest(format!("mutation: {workload} has no container {container}")))?;
+                let mut v = serde_yaml::to_value(&*c).map_err(|e| LabError::Manifest(e.to_string()))?;
+                merge_yaml(&mut v, merge);
+                *c = serde_yaml::from_value(v).map_err(|e| LabError::Manifest(format!("mutation of {workload}/{container}: {e}")))?;
+            }
+        }
         let mut workloads = BTreeMap::new();
         for w in &objects.workloads {
             workloads.insert(
