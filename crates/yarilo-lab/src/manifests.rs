@@ -661,7 +661,9 @@ impl Objects {
                 // once they are labelled.
                 let later = self.workloads.iter().any(|w| {
                     let l = &w.template.metadata.labels;
-                    s.selector.iter().all(|(k, v)| l.get(k).is_none_or(|x| x == v))
+                    s.selector
+                        .iter()
+                        .all(|(k, v)| l.get(k).is_none_or(|x| x == v))
                         && s.selector.keys().any(|k| l.contains_key(k))
                 });
                 if !later {

@@ -332,7 +332,10 @@ async fn run_body<R: PodRuntime>(
         reach.clone(),
         s.seed,
         stop_rx.clone(),
-        s.workload.lookup.as_ref().map(|l| l.target.clone()),
+        s.workload
+            .director
+            .clone()
+            .or_else(|| s.workload.lookup.as_ref().map(|l| l.target.clone())),
         director_tls,
     );
     let tasks = workload::start(&run, &s.workload);
@@ -462,7 +465,30 @@ async fn run_body<R: PodRuntime>(
                 max_p99_ms,
             } => checks::availability(&ops, &faults, *min_success_ratio, *max_p99_ms),
             CheckKind::Convergence { bound_seconds } => {
-                checks::convergence(&samples, &faults, *bound_seconds)
+                // The addresses each fault took away, from the pods' events.
+                let ips: BTreeMap<String, String> = cluster
+                    .events()
+                    .iter()
+                    .filter_map(|e| {
+                        e.event
+                            .strip_prefix("sandbox up at ")
+                            .map(|ip| (e.pod.clone(), ip.to_string()))
+                    })
+                    .collect();
+                let gone: Vec<Vec<String>> = faults
+                    .iter()
+                    .map(|f| {
+                        if matches!(f.fault.as_str(), "kill" | "term") {
+                            f.targets
+                                .iter()
+                                .filter_map(|t| ips.get(t).cloned())
+                                .collect()
+                        } else {
+                            Vec::new()
+                        }
+                    })
+                    .collect();
+                checks::convergence(&samples, &faults, &gone, *bound_seconds)
             }
             CheckKind::Tls { .. } => checks::tls(&probes, current_gen),
             CheckKind::NoRestarts { workloads } => {

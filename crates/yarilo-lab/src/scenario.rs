@@ -286,6 +286,11 @@ pub struct Workload {
     /// The users the workload uses (the first N of `topology.users`).
     #[serde(default = "default_workload_users")]
     pub users: u32,
+    /// The director Service every login and delivery asks first (LOOKUP),
+    /// so each operation records the director's answer; defaults to the
+    /// `lookup` load's target.
+    #[serde(default)]
+    pub director: Option<Target>,
 }
 
 fn default_workload_users() -> u32 {

@@ -468,10 +468,14 @@ impl ViewSample {
 
 /// After each fault's effect ends, how long until every live director
 /// holds the same members (the live ones), backends (the live ones) and
-/// pins.
+/// pins. `gone[i]`: addresses fault i took away (a killed or deleted
+/// director); the time from the fault until no director lists them is
+/// reported as `evicted_after_s` (the ring's own goal), beside full
+/// agreement (which also waits for a replacement pod to join).
 pub fn convergence(
     samples: &[ViewSample],
     faults: &[FaultRecord],
+    gone: &[Vec<String>],
     bound_s: f64,
 ) -> (Verdict, String, serde_json::Value, Vec<Violation>) {
     if samples.is_empty() {
@@ -486,14 +490,21 @@ pub fn convergence(
     let mut v = Vec::new();
     let mut worst = 0.0f64;
     let mut unknown = false;
-    for f in faults {
+    for (i, f) in faults.iter().enumerate() {
         let after: Vec<&ViewSample> = samples.iter().filter(|s| s.t_ms >= f.end_ms).collect();
+        let evicted = gone.get(i).filter(|g| !g.is_empty()).and_then(|g| {
+            samples
+                .iter()
+                .filter(|s| s.t_ms >= f.t_ms && !s.views.is_empty())
+                .find(|s| s.views.values().all(|v| !v.0.iter().any(|m| g.contains(m))))
+                .map(|s| (s.t_ms - f.t_ms) as f64 / 1000.0)
+        });
         let t = after.iter().find(|s| s.agreed()).map(|s| s.t_ms);
         match t {
             Some(t) => {
                 let secs = (t - f.end_ms) as f64 / 1000.0;
                 worst = worst.max(secs);
-                figures.push(serde_json::json!({"fault": f.fault, "targets": f.targets, "converged_after_s": secs}));
+                figures.push(serde_json::json!({"fault": f.fault, "targets": f.targets, "converged_after_s": secs, "evicted_after_s": evicted}));
                 if secs > bound_s {
                     v.push(Violation {
                         from_ms: f.end_ms,
@@ -511,7 +522,7 @@ pub fn convergence(
                     unknown = true;
                 }
                 let last = after.last().map(|s| s.t_ms).unwrap_or(f.end_ms);
-                figures.push(serde_json::json!({"fault": f.fault, "targets": f.targets, "converged_after_s": null}));
+                figures.push(serde_json::json!({"fault": f.fault, "targets": f.targets, "converged_after_s": null, "evicted_after_s": evicted}));
                 let detail = after
                     .last()
                     .map(|s| {
@@ -769,9 +780,10 @@ mod tests {
             sample(100, &["x", "y", "z"], &["x", "y"]),
             sample(1600, &["x", "y"], &["x", "y"]),
         ];
-        let (v, _, fig, _) = convergence(&s, &[f.clone()], 2.0);
+        let (v, _, fig, _) = convergence(&s, &[f.clone()], &[vec!["z".into()]], 2.0);
         assert_eq!(v, Verdict::True);
         assert_eq!(fig[0]["converged_after_s"], 1.5);
-        assert_eq!(convergence(&s, &[f], 1.0).0, Verdict::False);
+        assert_eq!(fig[0]["evicted_after_s"], 1.6);
+        assert_eq!(convergence(&s, &[f], &[], 1.0).0, Verdict::False);
     }
 }

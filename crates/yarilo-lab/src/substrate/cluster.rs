@@ -189,20 +189,32 @@ impl<R: PodRuntime> Cluster<R> {
             }
         }
         for m in &mutations {
-            if let Mutation::Container { workload, container, merge } = m {
-                let w = objects
-                    .workload_mut(workload)
-                    .ok_or_else(|| LabError::Manifest(format!("mutation: no workload {workload}")))?;
+            if let Mutation::Container {
+                workload,
+                container,
+                merge,
+            } = m
+            {
+                let w = objects.workload_mut(workload).ok_or_else(|| {
+                    LabError::Manifest(format!("mutation: no workload {workload}"))
+                })?;
                 let c = w
                     .template
                     .spec
                     .containers
                     .iter_mut()
                     .find(|c| &c.name == container)
-                    .ok_or_else(|| LabError::Manifest(format!("mutation: {workload} has no container {container}")))?;
-                let mut v = serde_yaml::to_value(&*c).map_err(|e| LabError::Manifest(e.to_string()))?;
+                    .ok_or_else(|| {
+                        LabError::Manifest(format!(
+                            "mutation: {workload} has no container {container}"
+                        ))
+                    })?;
+                let mut v =
+                    serde_yaml::to_value(&*c).map_err(|e| LabError::Manifest(e.to_string()))?;
                 merge_yaml(&mut v, merge);
-                *c = serde_yaml::from_value(v).map_err(|e| LabError::Manifest(format!("mutation of {workload}/{container}: {e}")))?;
+                *c = serde_yaml::from_value(v).map_err(|e| {
+                    LabError::Manifest(format!("mutation of {workload}/{container}: {e}"))
+                })?;
             }
         }
         let mut workloads = BTreeMap::new();
@@ -245,6 +257,14 @@ impl<R: PodRuntime> Cluster<R> {
             tasks: Mutex::new(Vec::new()),
             logs_dir,
         }))
+    }
+
+    /// A pod's own directory (volumes, resolv.conf): per incarnation, so
+    /// an emptyDir dies with its pod even when a StatefulSet reuses the
+    /// name.
+    fn pod_dir(&self, pod: &str) -> PathBuf {
+        let seq = lock(&self.state).pods.get(pod).map(|p| p.seq).unwrap_or(0);
+        self.dir.join("pods").join(format!("{pod}.{seq}"))
     }
 
     fn ms(&self) -> u64 {
@@ -691,7 +711,7 @@ impl<R: PodRuntime> Cluster<R> {
             for v in &spec.volumes {
                 if let Some(s) = &v.secret {
                     if s.secret_name == name {
-                        let dir = self.dir.join("pods").join(&pod).join("vol").join(&v.name);
+                        let dir = self.pod_dir(&pod).join("vol").join(&v.name);
                         let files = select_items(&data, &s.items);
                         write_atomic_dir(&dir, &files, s.default_mode.unwrap_or(0o644))?;
                     }
@@ -911,7 +931,7 @@ impl<R: PodRuntime> Cluster<R> {
         ip: IpAddr,
     ) -> Result<(Vec<ContainerPlan>, Vec<ContainerPlan>)> {
         let objects = lock(&self.objects).clone();
-        let pod_dir = self.dir.join("pods").join(pod);
+        let pod_dir = self.pod_dir(pod);
         let mut vol_paths: BTreeMap<String, PathBuf> = BTreeMap::new();
         for v in &spec.template.spec.volumes {
             let dir = pod_dir.join("vol").join(&v.name);
@@ -1095,7 +1115,7 @@ impl<R: PodRuntime> Cluster<R> {
     }
 
     fn resolv_conf(&self, pod: &str) -> Result<PathBuf> {
-        let dir = self.dir.join("pods").join(pod);
+        let dir = self.pod_dir(pod);
         std::fs::create_dir_all(&dir).map_err(LabError::io(&dir))?;
         let path = dir.join("resolv.conf");
         let ns = &self.namespace;
@@ -1380,6 +1400,7 @@ impl<R: PodRuntime> Cluster<R> {
                 let _ = self.rt.remove_sandbox(sb).await;
             }
         }
+        let _ = std::fs::remove_dir_all(self.pod_dir(pod));
         lock(&self.state).applied.remove(pod);
         self.update(pod, |p| {
             p.phase = Phase::Gone;
