@@ -112,7 +112,9 @@ let
     let
       ports = componentPorts name c;
       privileged = lib.any (p: p < 1024) ports;
-      capabilities = optional privileged "CAP_NET_BIND_SERVICE";
+      # An empty string clears the set (an empty list would render no line
+      # and leave systemd's full default).
+      capabilities = if privileged then "CAP_NET_BIND_SERVICE" else "";
       grace = (cfg.settings.general or { }).shutdown_grace_seconds or 10;
     in
     nameValuePair "yarilo-${name}" {

@@ -97,6 +97,9 @@ in
         b.wait_for_unit("yarilo-lmtp.service")
         b.wait_for_unit("yarilo-backend-reg.service")
 
+    # No capability where no port is below 1024.
+    director.succeed("systemctl show -p CapabilityBoundingSet yarilo-auth.service | grep -qx CapabilityBoundingSet=")
+
     # Both backends registered themselves.
     director.wait_until_succeeds(
         "yarctl director --token ${apiToken} backends list | jq -e 'length == 2'"

@@ -33,9 +33,10 @@
     server.succeed("python3 ${./mail.py} deliver 127.0.0.1 24 alice 'via lmtp'")
     client.wait_until_succeeds("python3 ${./mail.py} read server 143 alice a-long-secret 'via lmtp'")
 
-    # Hardening holds: the unit runs unprivileged with no capabilities
-    # (every port >= 1024 needs none; 143 needs CAP_NET_BIND_SERVICE).
+    # Hardening holds: the unit runs unprivileged, with only the capability
+    # its ports below 1024 need.
     server.succeed("systemctl show -p User yarilo-single.service | grep -qx User=yarilo")
+    server.succeed("systemctl show -p CapabilityBoundingSet yarilo-single.service | grep -qx CapabilityBoundingSet=cap_net_bind_service")
     server.succeed("systemctl show -p ProtectSystem yarilo-single.service | grep -qx ProtectSystem=strict")
     server.succeed("systemctl show -p LimitNOFILE yarilo-single.service | grep -qx LimitNOFILE=65535")
 
