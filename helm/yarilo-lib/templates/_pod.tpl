@@ -179,5 +179,5 @@ spec:
       containers:
         {{- .containers | nindent 8 }}
       volumes:
-        {{- include "yarilo.volumes" (dict "ctx" .ctx "config" .configName "internalSecret" .internalSecret "extra" .volumes) | nindent 8 }}
+        {{- include "yarilo.volumes" (dict "ctx" .ctx "config" .configName "internalSecret" .internalSecret "data" .data "extra" .volumes) | nindent 8 }}
 {{- end -}}
