@@ -152,14 +152,36 @@ def is_yarilo(container):
     return container.get("command", [None])[0] == "yarilo"
 
 
-def container_env(container):
-    """The environment Kubernetes would give the container, secrets stubbed."""
+@functools.lru_cache(maxsize=None)
+def stub_secrets():
+    return yaml.safe_load((TESTS / "stub-secrets.yaml").read_text())
+
+
+def secret_value(objs, ref):
+    """A secretKeyRef's value: from a Secret the chart renders, else from tests/stub-secrets.yaml."""
+    import base64
+
+    for o in objs:
+        if o["kind"] == "Secret" and o["metadata"]["name"] == ref["name"]:
+            if ref["key"] in o.get("stringData", {}):
+                return o["stringData"][ref["key"]]
+            if ref["key"] in o.get("data", {}):
+                return base64.b64decode(o["data"][ref["key"]]).decode()
+            fail(f"Secret {ref['name']} has no key {ref['key']}")
+    stub = stub_secrets().get(f"{ref['name']}/{ref['key']}")
+    if stub is None:
+        fail(f"secretKeyRef {ref['name']}/{ref['key']} is neither rendered nor in tests/stub-secrets.yaml")
+    return stub
+
+
+def container_env(container, objs=()):
+    """The environment Kubernetes would give the container."""
     env = {}
     for e in container.get("env", []):
         if "value" in e:
             env[e["name"]] = re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)), e["value"])
         elif "secretKeyRef" in e.get("valueFrom", {}):
-            env[e["name"]] = "stub-secret-value"
+            env[e["name"]] = secret_value(objs, e["valueFrom"]["secretKeyRef"])
         elif "fieldRef" in e.get("valueFrom", {}):
             env[e["name"]] = "10.1.2.3"
         else:
@@ -333,7 +355,7 @@ def check_configs(args):
                     continue
                 if text is None:
                     fail(f"{chart}/{case}: {wl['metadata']['name']} runs yarilo without a config volume")
-                effective_config(args, text, container_env(c))
+                effective_config(args, text, container_env(c, objs))
                 n += 1
     return f"{n} container configurations pass `yarilo config check`"
 
@@ -370,7 +392,7 @@ def check_ports(args):
             for c in pod["containers"]:
                 key = (wl["metadata"]["name"], c["name"])
                 if is_yarilo(c):
-                    env = container_env(c)
+                    env = container_env(c, objs)
                     cfg = effective_config(args, text, env)
                     listening[key] = listened_ports(cfg, c["command"][1], env)
                 else:
@@ -386,7 +408,7 @@ def check_ports(args):
                     port = (pr.get("httpGet") or pr.get("tcpSocket"))["port"]
                     if port not in listening[key]:
                         fail(f"{where}: {probe} on port {port}, which nothing listens on")
-                    if is_yarilo(c) and pr.get("httpGet") and port != listen_port(container_env(c)["TELEMETRY_LISTEN"]):
+                    if is_yarilo(c) and pr.get("httpGet") and port != listen_port(env["TELEMETRY_LISTEN"]):
                         fail(f"{where}: {probe} is not on the telemetry port")
                     n += 1
         for svc in by_kind(objs, "Service"):

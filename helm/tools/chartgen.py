@@ -150,7 +150,7 @@ def rows(value, path, notes):
         typ += " (" + ", ".join(json.dumps(e) for e in ann["enum"]) + ")"
     default = json.dumps(value, separators=(", ", ": "))
     yield "| `{}` | {} | `{}` | {} |".format(
-        ".".join(path), typ, default.replace("|", "\\|"), desc.replace("|", "\\|")
+        ".".join(path), typ, default.replace("|", "\\|"), desc.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
     )
 
 

@@ -28,6 +28,7 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- $ctx := index . 0 -}}
 {{ include "yarilo.selectorLabels" . }}
 app.kubernetes.io/part-of: yarilo
+yarilo.io/chart: {{ $ctx.Chart.Name }}
 app.kubernetes.io/managed-by: {{ $ctx.Release.Service }}
 app.kubernetes.io/version: {{ $ctx.Chart.AppVersion | quote }}
 helm.sh/chart: {{ printf "%s-%s" $ctx.Chart.Name $ctx.Chart.Version | replace "+" "_" }}

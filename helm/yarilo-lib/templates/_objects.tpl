@@ -101,7 +101,7 @@ spec:
   selector:
     matchLabels:
       app.kubernetes.io/instance: {{ include "yarilo.cluster" .ctx }}
-      helm.sh/chart: {{ printf "%s-%s" .ctx.Chart.Name .ctx.Chart.Version | replace "+" "_" }}
+      yarilo.io/chart: {{ .ctx.Chart.Name }}
       yarilo.io/metrics: "true"
   endpoints:
     {{- range .ports }}
@@ -206,7 +206,7 @@ spec:
   podSelector:
     matchLabels:
       app.kubernetes.io/instance: {{ include "yarilo.cluster" .ctx }}
-      helm.sh/chart: {{ printf "%s-%s" .ctx.Chart.Name .ctx.Chart.Version | replace "+" "_" }}
+      yarilo.io/chart: {{ .ctx.Chart.Name }}
   policyTypes: [Ingress]
 {{- end }}
 {{- end -}}
