@@ -309,6 +309,16 @@ def standalone_ha():
     eq("two auth replicas share tokens in Redis", cfg(None, o, "yarilo-auth-config")["auth"]["token_store"], "redis")
 
 
+def rendering_is_deterministic():
+    """With the generated credentials given as values (what the lab does), two renderings are byte-identical."""
+    for chart in V.CHARTS:
+        f = values(chart, "defaults")
+        args = ["template", "test", str(V.HELM_DIR / chart), "--namespace", "mail", "-f", str(f)]
+        first, second = V.helm(*args)[1], V.helm(*args)[1]
+        if first != second:
+            V.fail(f"{chart}: two renderings of defaults.yaml differ")
+
+
 # --------------------------------------------------------- refused values
 
 
@@ -336,6 +346,7 @@ TESTS = [
     director_defaults, director_minimal, director_ha, director_tls, director_tags, director_existing,
     backend_defaults, backend_two_tags, backend_minimal, backend_ha, backend_tls,
     standalone_defaults, standalone_ha,
+    rendering_is_deterministic,
 ]
 
 
