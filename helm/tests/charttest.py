@@ -18,9 +18,10 @@ Checks (each one a test of `cargo nextest`, crates/yarilo/tests/helm.rs):
               rendered configuration listens on
   unit        assertions on the rendered objects, and the cases that must
               refuse to render
-  generated   values.schema.json, README.md and the common values blocks are
-              what helm/tools/chartgen.py makes; every limits.cpu says whether
-              it was measured
+  generated   values.schema.json, README.md, the common values blocks and
+              the config schema (from `yarilo config dump`) are what
+              helm/tools/chartgen.py makes; every limits.cpu says whether it
+              was measured
   counts      prints the number of objects per chart and values set
 
 A missing prerequisite (helm, kubernetes-validate, the yarilo binary) fails
@@ -436,7 +437,9 @@ def check_ports(args):
 
 
 def check_generated(args):
-    p = subprocess.run([sys.executable, str(HELM_DIR / "tools" / "chartgen.py"), "--check"], capture_output=True, text=True)
+    if not args.yarilo:
+        sys.exit("--yarilo BIN: the config schema is checked against the binary")
+    p = subprocess.run([sys.executable, str(HELM_DIR / "tools" / "chartgen.py"), "--check", f"--yarilo={args.yarilo}"], capture_output=True, text=True)
     if p.returncode != 0:
         fail(p.stdout + p.stderr)
     unmarked = []

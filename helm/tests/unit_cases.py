@@ -337,7 +337,10 @@ REFUSED = [
     ("yarilo-backend", {"tag": "a", "components": {"fts": {"enabled": True}, "submission": {"relay_host": "m"}}}, "/components/fts/enabled"),
     ("yarilo-director", {"components": {"imapLogin": {"listeners": {"imap": {"enabled": False}, "imaps": {"enabled": False}}}}}, "every listener is disabled"),
     ("yarilo-director", {"components": {"director": {"assignment_policy": "random"}}}, "assignment_policy"),
-    ("yarilo-standalone", {"components": {"submission": {"relay_host": "m"}, "imap": {"config": {"imap": {"idle": 1}}}}, "global": {"clusterName": "Bad"}}, "clusterName"),
+    ("yarilo-shared", {"components": {"auth": {"config": {"auth": {"auth_cache_sise": 1}}}}}, "auth_cache_sise"),
+    ("yarilo-backend", {"tag": "a", "config": {"imap": {"max_line_lenght": 1}}, "components": {"submission": {"relay_host": "m"}}}, "max_line_lenght"),
+    ("yarilo-director", {"components": {"lmtpLogin": {"config": {"services": {"lmtp": {"ssl_mode": False}}}}}}, "ssl_mode"),
+    ("yarilo-standalone", {"components": {"submission": {"relay_host": "m"}}, "global": {"clusterName": "Bad"}}, "clusterName"),
 ]
 
 

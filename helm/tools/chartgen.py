@@ -12,8 +12,12 @@ values.yaml is the one source: the comments above a key document it
 * the values table of README.md (between `<!-- values:begin -->` and
   `<!-- values:end -->`).
 
-    chartgen.py            regenerate all of it
-    chartgen.py --check    exit 1 (naming the files) if anything is stale
+* helm/yarilo-lib/config-schema.json, the keys `yarilo config dump` knows,
+  which every `config` value (raw yarilo.yaml keys) is checked against.
+
+    chartgen.py [--yarilo=BIN]          regenerate all of it (the config
+                                        schema only with the binary)
+    chartgen.py --check [--yarilo=BIN]  exit 1 (naming the files) if anything is stale
 """
 
 import json
@@ -25,6 +29,7 @@ import yaml
 
 HELM = Path(__file__).resolve().parent.parent
 LIB = HELM / "yarilo-lib"
+CONFIG_SCHEMA = LIB / "config-schema.json"
 CHARTS = ["yarilo-shared", "yarilo-director", "yarilo-backend", "yarilo-standalone"]
 
 KEY_LINE = re.compile(r"^(\s*)([A-Za-z0-9_.\-]+):(\s|$)")
@@ -116,6 +121,8 @@ def infer(value):
 
 def schema_for(value, path, notes):
     desc, ann = notes.get(path, ("", {}))
+    if "$ref" in ann:
+        return {"$ref": ann["$ref"], "description": desc} if desc else {"$ref": ann["$ref"]}
     s = infer(value)
     if isinstance(value, dict) and "additionalProperties" not in ann:
         s["properties"] = {k: schema_for(v, path + (k,), notes) for k, v in value.items()}
@@ -132,6 +139,9 @@ def schema(values, notes):
     # An umbrella chart may set globals of its own.
     if "global" in s.get("properties", {}):
         s["properties"]["global"]["additionalProperties"] = True
+    # Raw yarilo.yaml keys (`config`) are checked against the binary's own
+    # keys, so a misspelt one is refused at render time too.
+    s["definitions"] = {"yariloConfig": json.loads(CONFIG_SCHEMA.read_text())}
     # Helm hands every chart the (empty) values of its library dependency.
     s["properties"]["yarilo-lib"] = {"type": "object", "description": "Reserved: the library chart's values."}
     return json.dumps(s, indent=2, sort_keys=False) + "\n"
@@ -157,6 +167,40 @@ def rows(value, path, notes):
 def readme_table(values, notes):
     head = ["| Key | Type | Default | Description |", "|---|---|---|---|"]
     return "\n".join(head + list(rows(values, (), notes))) + "\n"
+
+
+def config_schema(value):
+    """JSON schema of yarilo.yaml from `yarilo config dump` of an empty file:
+    every section and key the binary knows, objects closed, types from the
+    defaults. Empty maps (log.modules) are free; null defaults (unset
+    options) and empty lists take any value the binary itself checks."""
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        if not value:
+            return {"type": "object"}
+        return {
+            "type": "object",
+            "properties": {k: config_schema(v) for k, v in value.items()},
+            "additionalProperties": False,
+        }
+    if isinstance(value, list):
+        return {"type": "array", "items": config_schema(value[0])} if value else {"type": "array"}
+    return infer(value)
+
+
+def dump_config_schema(yarilo_bin):
+    import subprocess
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+        p = subprocess.run([yarilo_bin, "config", "dump", "--config", f.name], capture_output=True, text=True, check=True)
+    s = config_schema(yaml.safe_load(p.stdout))
+    s["description"] = "Raw yarilo.yaml keys, as `yarilo config dump` lists them (see docs/configuration.md)."
+    # ssl_mode is "no", starttls or ssl (a YAML 1.1 reader, Helm's included, turns an unquoted no into false).
+    for svc in s["properties"]["services"]["properties"].values():
+        svc["properties"]["ssl_mode"] = {"enum": ["no", "starttls", "ssl"]}
+    return json.dumps(s, indent=1, sort_keys=True) + "\n"
 
 
 def replace_between(text, begin, end, body, name):
@@ -185,8 +229,17 @@ def generate(chart):
 
 def main(argv):
     check = "--check" in argv
+    yarilo_bin = next((a.split("=", 1)[1] for a in argv if a.startswith("--yarilo=")), None)
     charts = [a for a in argv if not a.startswith("--")] or CHARTS
     stale = []
+    if yarilo_bin:
+        # The binary is the source of the config schema; without it the committed one is used.
+        text = dump_config_schema(yarilo_bin)
+        old = CONFIG_SCHEMA.read_text() if CONFIG_SCHEMA.exists() else None
+        if old != text:
+            stale.append(CONFIG_SCHEMA)
+            if not check:
+                CONFIG_SCHEMA.write_text(text)
     for chart in charts:
         for path, text in generate(chart).items():
             old = path.read_text() if path.exists() else None
@@ -196,7 +249,7 @@ def main(argv):
                     path.write_text(text)
     if check and stale:
         for p in stale:
-            print(f"stale: {p.relative_to(HELM.parent)} (run helm/tools/chartgen.py)")
+            print(f"stale: {p.relative_to(HELM.parent)} (run helm/tools/chartgen.py --yarilo=target/debug/yarilo)")
         return 1
     return 0
 
