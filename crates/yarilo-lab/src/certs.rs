@@ -39,6 +39,9 @@ pub struct Chain {
     pub root_pem: String,
     pub root_der: Vec<u8>,
     plan: InternalTlsPlan,
+    /// Rendered cert-manager Certificates, issued under their own Secret
+    /// names (`secret:<name>` keys in a generation's leaves).
+    requests: Vec<crate::manifests::CertRequest>,
     pub generations: Vec<Generation>,
 }
 
@@ -59,6 +62,11 @@ fn ca_params(cn: &str) -> CertificateParams {
 
 impl Chain {
     pub fn new(plan: &InternalTlsPlan) -> Result<Chain> {
+        Self::with_requests(plan, Vec::new())
+    }
+
+    /// A chain that also issues every rendered Certificate.
+    pub fn with_requests(plan: &InternalTlsPlan, requests: Vec<crate::manifests::CertRequest>) -> Result<Chain> {
         let key = KeyPair::generate().map_err(err)?;
         let cert = ca_params("yarilo lab root")
             .self_signed(&key)
@@ -73,6 +81,7 @@ impl Chain {
             root_pem,
             root_der,
             plan: plan.clone(),
+            requests,
             generations: Vec::new(),
         };
         c.rotate()?;
@@ -120,6 +129,24 @@ impl Chain {
                 (chain, key.serialize_pem(), cert.der().to_vec()),
             );
         }
+        for r in &self.requests {
+            let mut p = CertificateParams::default();
+            let mut dn = DistinguishedName::new();
+            dn.push(DnType::CommonName, format!("{} (generation {number})", r.name));
+            p.distinguished_name = dn;
+            p.not_after = rcgen::date_time_ymd(2036, 1, 1);
+            p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+            for n in &r.dns_names {
+                p.subject_alt_names.push(SanType::DnsName(n.as_str().try_into().map_err(err)?));
+            }
+            for u in &r.uris {
+                p.subject_alt_names.push(SanType::URI(u.as_str().try_into().map_err(err)?));
+            }
+            let key = KeyPair::generate().map_err(err)?;
+            let cert = p.signed_by(&key, &icert, &ikey).map_err(err)?;
+            let chain = format!("{}{}", cert.pem(), icert.pem());
+            leaves.insert(format!("secret:{}", r.secret), (chain, key.serialize_pem(), cert.der().to_vec()));
+        }
         self.generations.push(Generation {
             number,
             intermediate_pem: icert.pem(),
@@ -138,7 +165,10 @@ impl Chain {
                 d.insert("tls.crt".to_string(), chain.clone().into_bytes());
                 d.insert("tls.key".to_string(), key.clone().into_bytes());
                 d.insert("ca.crt".to_string(), self.root_pem.clone().into_bytes());
-                (format!("{}{role}", self.plan.secret_prefix), d)
+                match role.strip_prefix("secret:") {
+                    Some(secret) => (secret.to_string(), d),
+                    None => (format!("{}{role}", self.plan.secret_prefix), d),
+                }
             })
             .collect()
     }

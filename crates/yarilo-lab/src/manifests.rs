@@ -351,6 +351,15 @@ pub struct Service {
     pub release: String,
 }
 
+/// What a cert-manager `Certificate` asks for.
+#[derive(Debug, Clone, Serialize)]
+pub struct CertRequest {
+    pub name: String,
+    pub secret: String,
+    pub dns_names: Vec<String>,
+    pub uris: Vec<String>,
+}
+
 /// Everything the lab read from one or more releases.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Objects {
@@ -359,6 +368,9 @@ pub struct Objects {
     pub config_maps: BTreeMap<String, BTreeMap<String, String>>,
     pub secrets: BTreeMap<String, BTreeMap<String, Vec<u8>>>,
     pub claims: Vec<String>,
+    /// cert-manager Certificates: the lab issues them from its own chain,
+    /// as cert-manager would from the internal CA issuer.
+    pub certificates: Vec<CertRequest>,
     /// Objects of kinds the lab does not act on, as `Kind/name`.
     pub ignored_objects: Vec<String>,
 }
@@ -502,6 +514,27 @@ impl Objects {
                 self.secrets.insert(raw.metadata.name, data);
             }
             "PersistentVolumeClaim" => self.claims.push(raw.metadata.name),
+            "Certificate" => {
+                let strings = |key: &str| -> Vec<String> {
+                    raw.spec
+                        .get(key)
+                        .and_then(|v| v.as_sequence())
+                        .map(|s| s.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+                        .unwrap_or_default()
+                };
+                let secret = raw
+                    .spec
+                    .get("secretName")
+                    .and_then(|v| v.as_str())
+                    .ok_or_else(|| LabError::Manifest(format!("{what}: no spec.secretName")))?
+                    .to_string();
+                self.certificates.push(CertRequest {
+                    name: raw.metadata.name.clone(),
+                    secret,
+                    dns_names: strings("dnsNames"),
+                    uris: strings("uris"),
+                });
+            }
             _ => self.ignored_objects.push(what),
         }
         Ok(())

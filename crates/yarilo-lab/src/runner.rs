@@ -92,11 +92,11 @@ fn tempfile_path(name: &str) -> PathBuf {
 }
 
 /// The passwd-file the auth service reads: `user001 … userNNN`.
-pub fn passwd(users: u32) -> String {
+pub fn passwd(users: u32, fields: &str) -> String {
     (0..users)
         .map(|i| {
             format!(
-                "{}:{{PLAIN}}{}::::::\n",
+                "{}:{{PLAIN}}{}::::::{fields}\n",
                 workload::user(i),
                 workload::PASSWORD
             )
@@ -193,10 +193,11 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<Outcome> {
         .secrets
         .entry(pk.secret.clone())
         .or_default()
-        .insert(pk.key.clone(), passwd(s.topology.users).into_bytes());
+        .insert(pk.key.clone(), passwd(s.topology.users, &s.topology.user_fields).into_bytes());
     let chain = match &s.topology.internal_tls {
         Some(plan) => {
-            let c = Chain::new(plan)?;
+            // The lab plays cert-manager for every rendered Certificate.
+            let c = Chain::with_requests(plan, objects.certificates.clone())?;
             for (name, data) in c.secrets() {
                 objects.secrets.insert(name, data);
             }
@@ -337,6 +338,7 @@ async fn run_body<R: PodRuntime>(
             .clone()
             .or_else(|| s.workload.lookup.as_ref().map(|l| l.target.clone())),
         director_tls,
+        s.workload.tag.clone(),
     );
     let tasks = workload::start(&run, &s.workload);
 

@@ -105,6 +105,10 @@ pub struct Topology {
     /// Users the lab writes into the passdb Secret (`user001` …).
     #[serde(default = "default_users")]
     pub users: u32,
+    /// Extra userdb fields on every user's passwd-file line (for example
+    /// `director_tag=a`, the tag the user's LOOKUPs carry).
+    #[serde(default)]
+    pub user_fields: String,
     /// The Secret (and key) holding the passwd-file the auth service reads.
     #[serde(default = "default_passdb_secret")]
     pub passdb_secret: SecretKey,
@@ -286,6 +290,9 @@ pub struct Workload {
     /// The users the workload uses (the first N of `topology.users`).
     #[serde(default = "default_workload_users")]
     pub users: u32,
+    /// The tag the workload's own LOOKUPs carry (the users' tag).
+    #[serde(default)]
+    pub tag: String,
     /// The director Service every login and delivery asks first (LOOKUP),
     /// so each operation records the director's answer; defaults to the
     /// `lookup` load's target.

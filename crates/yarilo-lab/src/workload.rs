@@ -33,6 +33,8 @@ pub struct Run {
     pub lookup: Option<Target>,
     /// mTLS towards the director port (when internal TLS is on).
     pub director_tls: Option<DirectorTls>,
+    /// The tag of the workload's own LOOKUPs.
+    pub tag: String,
     counter: AtomicU64,
 }
 
@@ -54,6 +56,7 @@ impl Run {
         stop: watch::Receiver<bool>,
         lookup: Option<Target>,
         director_tls: Option<DirectorTls>,
+        tag: String,
     ) -> Arc<Run> {
         Arc::new(Run {
             start,
@@ -63,6 +66,7 @@ impl Run {
             stop,
             lookup,
             director_tls,
+            tag,
             counter: AtomicU64::new(0),
         })
     }
@@ -111,7 +115,7 @@ impl Run {
         let t = self.lookup.as_ref()?;
         let addr = (self.reach)(&t.service, t.port)?;
         let mut d = self.director(addr).await.ok()?;
-        d.lookup(user, "").await.ok()
+        d.lookup(user, &self.tag).await.ok()
     }
 
     /// A connection to a director's LOOKUP port (mTLS when configured).

@@ -43,6 +43,7 @@ pub struct DockerRuntime {
     loaded: Vec<String>,
     hooked: Mutex<HashSet<String>>,
     pids: Mutex<HashMap<String, i64>>,
+    next_ip: std::sync::atomic::AtomicU32,
 }
 
 /// Connects to the local engine, downgrading the API to what it speaks
@@ -75,19 +76,31 @@ impl DockerRuntime {
         loaded: Vec<String>,
     ) -> Result<DockerRuntime> {
         let network = format!("ylab-{suffix}");
+        let create = |ipam: Option<bollard::models::Ipam>| NetworkCreateRequest {
+            name: network.clone(),
+            driver: Some("bridge".into()),
+            labels: Some(labels(suffix)),
+            ipam,
+            ..Default::default()
+        };
+        // Let the engine pick a free subnet, then re-create the network
+        // with that subnet stated: only a network with a configured subnet
+        // takes the pod addresses the lab assigns (never reused within a
+        // run, as a replacement pod on a cluster gets a new one).
+        docker.create_network(create(None)).await?;
+        let first = docker
+            .inspect_network(&network, None::<bollard::query_parameters::InspectNetworkOptions>)
+            .await?;
+        docker.remove_network(&network).await?;
         docker
-            .create_network(NetworkCreateRequest {
-                name: network.clone(),
-                driver: Some("bridge".into()),
-                labels: Some(labels(suffix)),
-                ..Default::default()
-            })
+            .create_network(create(first.ipam.map(|i| bollard::models::Ipam {
+                driver: i.driver,
+                config: i.config,
+                options: None,
+            })))
             .await?;
         let info = docker
-            .inspect_network(
-                &network,
-                None::<bollard::query_parameters::InspectNetworkOptions>,
-            )
+            .inspect_network(&network, None::<bollard::query_parameters::InspectNetworkOptions>)
             .await?;
         let cfg = info
             .ipam
@@ -121,6 +134,7 @@ impl DockerRuntime {
             loaded,
             hooked: Mutex::new(HashSet::new()),
             pids: Mutex::new(HashMap::new()),
+            next_ip: std::sync::atomic::AtomicU32::new(2),
         })
     }
 
@@ -160,6 +174,25 @@ impl DockerRuntime {
             .map_err(poisoned)?
             .insert(sandbox.to_string(), pid);
         Ok(pid)
+    }
+
+    /// The next pod address: upward from .2, skipping the gateway, below
+    /// the virtual IPs at the top of the subnet.
+    fn assign_ip(&self) -> Result<IpAddr> {
+        let IpAddr::V4(base) = self.subnet.0 else {
+            return Err(LabError::Substrate("IPv6 pod networks are not supported".into()));
+        };
+        let size = 1u32 << (32 - u32::from(self.subnet.1));
+        loop {
+            let n = self.next_ip.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if n + 64 >= size {
+                return Err(LabError::Substrate("the run's subnet has no pod addresses left".into()));
+            }
+            let ip = IpAddr::V4((u32::from(base) + n).into());
+            if ip != self.gateway {
+                return Ok(ip);
+            }
+        }
     }
 
     pub fn network_name(&self) -> &str {
@@ -217,7 +250,20 @@ impl PodRuntime for DockerRuntime {
         let name = format!("ylab-{}-{}", self.suffix, plan.pod);
         let mut l = labels(&self.suffix);
         l.insert("yarilo-lab.pod".into(), plan.pod.clone());
+        let ip = self.assign_ip()?;
         let body = ContainerCreateBody {
+            networking_config: Some(bollard::models::NetworkingConfig {
+                endpoints_config: Some(HashMap::from([(
+                    self.network.clone(),
+                    bollard::models::EndpointSettings {
+                        ipam_config: Some(bollard::models::EndpointIpamConfig {
+                            ipv4_address: Some(ip.to_string()),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                )])),
+            }),
             image: Some(self.helper_image.clone()),
             entrypoint: Some(vec!["/usr/local/bin/yarilo-lab".into(), "pause".into()]),
             hostname: Some(plan.pod.chars().take(63).collect()),
