@@ -66,7 +66,10 @@ impl Chain {
     }
 
     /// A chain that also issues every rendered Certificate.
-    pub fn with_requests(plan: &InternalTlsPlan, requests: Vec<crate::manifests::CertRequest>) -> Result<Chain> {
+    pub fn with_requests(
+        plan: &InternalTlsPlan,
+        requests: Vec<crate::manifests::CertRequest>,
+    ) -> Result<Chain> {
         let key = KeyPair::generate().map_err(err)?;
         let cert = ca_params("yarilo lab root")
             .self_signed(&key)
@@ -132,20 +135,31 @@ impl Chain {
         for r in &self.requests {
             let mut p = CertificateParams::default();
             let mut dn = DistinguishedName::new();
-            dn.push(DnType::CommonName, format!("{} (generation {number})", r.name));
+            dn.push(
+                DnType::CommonName,
+                format!("{} (generation {number})", r.name),
+            );
             p.distinguished_name = dn;
             p.not_after = rcgen::date_time_ymd(2036, 1, 1);
-            p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+            p.extended_key_usages = vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ];
             for n in &r.dns_names {
-                p.subject_alt_names.push(SanType::DnsName(n.as_str().try_into().map_err(err)?));
+                p.subject_alt_names
+                    .push(SanType::DnsName(n.as_str().try_into().map_err(err)?));
             }
             for u in &r.uris {
-                p.subject_alt_names.push(SanType::URI(u.as_str().try_into().map_err(err)?));
+                p.subject_alt_names
+                    .push(SanType::URI(u.as_str().try_into().map_err(err)?));
             }
             let key = KeyPair::generate().map_err(err)?;
             let cert = p.signed_by(&key, &icert, &ikey).map_err(err)?;
             let chain = format!("{}{}", cert.pem(), icert.pem());
-            leaves.insert(format!("secret:{}", r.secret), (chain, key.serialize_pem(), cert.der().to_vec()));
+            leaves.insert(
+                format!("secret:{}", r.secret),
+                (chain, key.serialize_pem(), cert.der().to_vec()),
+            );
         }
         self.generations.push(Generation {
             number,

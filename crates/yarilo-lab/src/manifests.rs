@@ -519,7 +519,11 @@ impl Objects {
                     raw.spec
                         .get(key)
                         .and_then(|v| v.as_sequence())
-                        .map(|s| s.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+                        .map(|s| {
+                            s.iter()
+                                .filter_map(|x| x.as_str().map(String::from))
+                                .collect()
+                        })
                         .unwrap_or_default()
                 };
                 let secret = raw

@@ -193,7 +193,10 @@ pub async fn run(opts: RunOptions) -> anyhow::Result<Outcome> {
         .secrets
         .entry(pk.secret.clone())
         .or_default()
-        .insert(pk.key.clone(), passwd(s.topology.users, &s.topology.user_fields).into_bytes());
+        .insert(
+            pk.key.clone(),
+            passwd(s.topology.users, &s.topology.user_fields).into_bytes(),
+        );
     let chain = match &s.topology.internal_tls {
         Some(plan) => {
             // The lab plays cert-manager for every rendered Certificate.

@@ -89,7 +89,10 @@ impl DockerRuntime {
         // run, as a replacement pod on a cluster gets a new one).
         docker.create_network(create(None)).await?;
         let first = docker
-            .inspect_network(&network, None::<bollard::query_parameters::InspectNetworkOptions>)
+            .inspect_network(
+                &network,
+                None::<bollard::query_parameters::InspectNetworkOptions>,
+            )
             .await?;
         docker.remove_network(&network).await?;
         docker
@@ -100,7 +103,10 @@ impl DockerRuntime {
             })))
             .await?;
         let info = docker
-            .inspect_network(&network, None::<bollard::query_parameters::InspectNetworkOptions>)
+            .inspect_network(
+                &network,
+                None::<bollard::query_parameters::InspectNetworkOptions>,
+            )
             .await?;
         let cfg = info
             .ipam
@@ -180,13 +186,19 @@ impl DockerRuntime {
     /// the virtual IPs at the top of the subnet.
     fn assign_ip(&self) -> Result<IpAddr> {
         let IpAddr::V4(base) = self.subnet.0 else {
-            return Err(LabError::Substrate("IPv6 pod networks are not supported".into()));
+            return Err(LabError::Substrate(
+                "IPv6 pod networks are not supported".into(),
+            ));
         };
         let size = 1u32 << (32 - u32::from(self.subnet.1));
         loop {
-            let n = self.next_ip.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let n = self
+                .next_ip
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             if n + 64 >= size {
-                return Err(LabError::Substrate("the run's subnet has no pod addresses left".into()));
+                return Err(LabError::Substrate(
+                    "the run's subnet has no pod addresses left".into(),
+                ));
             }
             let ip = IpAddr::V4((u32::from(base) + n).into());
             if ip != self.gateway {
