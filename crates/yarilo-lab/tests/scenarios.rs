@@ -130,8 +130,10 @@ fn the_kind_plan_makes_the_calls_each_fault_needs() {
         );
         for r in &s.topology.releases {
             assert!(
-                text.contains(&r.manifests[0])
-                    || r.chart.as_ref().is_some_and(|c| text.contains(c)),
+                r.manifests
+                    .first()
+                    .is_some_and(|m| text.contains(m.as_str()))
+                    || r.chart.as_ref().is_some_and(|c| text.contains(c.as_str())),
                 "{}",
                 s.name
             );

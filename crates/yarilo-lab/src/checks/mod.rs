@@ -491,7 +491,17 @@ pub fn convergence(
     let mut worst = 0.0f64;
     let mut unknown = false;
     for (i, f) in faults.iter().enumerate() {
-        let after: Vec<&ViewSample> = samples.iter().filter(|s| s.t_ms >= f.end_ms).collect();
+        // Only samples where the fault shows: the pods it took away are no
+        // longer in the live set (a killed pod is still listed for a tick).
+        let g: &[String] = gone.get(i).map(Vec::as_slice).unwrap_or(&[]);
+        let after: Vec<&ViewSample> = samples
+            .iter()
+            .filter(|s| s.t_ms >= f.end_ms)
+            .filter(|s| {
+                !g.iter()
+                    .any(|ip| s.live_directors.contains(ip) || s.live_backends.contains(ip))
+            })
+            .collect();
         let evicted = gone.get(i).filter(|g| !g.is_empty()).and_then(|g| {
             samples
                 .iter()
