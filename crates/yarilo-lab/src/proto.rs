@@ -113,8 +113,7 @@ impl<S: Stream> Imap<S> {
     /// One response line with its literals inlined (`{n}` then n bytes).
     async fn response(&mut self) -> PResult<String> {
         let mut line = self.io.line().await?;
-        loop {
-            let Some(open) = line.rfind('{') else { break };
+        while let Some(open) = line.rfind('{') {
             let Some(n) = line.strip_suffix('}').and_then(|_| {
                 line[open + 1..line.len() - 1]
                     .trim_end_matches('+')

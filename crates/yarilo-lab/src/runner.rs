@@ -799,7 +799,7 @@ async fn sample_views<R: PodRuntime>(
                     .unwrap_or_default();
                 bv.sort();
                 let mut pins = Vec::new();
-                if round % 4 == 0 {
+                if round.is_multiple_of(4) {
                     for i in 0..s.workload.users {
                         let u = workload::user(i);
                         if let Some(v) = http_json(
@@ -830,7 +830,7 @@ async fn sample_views<R: PodRuntime>(
             .collect();
         live_backends.sort();
         // Pins are only compared in the rounds that read them.
-        if round % 4 != 0 {
+        if !round.is_multiple_of(4) {
             for v in views.values_mut() {
                 v.2.clear();
             }

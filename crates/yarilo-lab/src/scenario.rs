@@ -606,7 +606,7 @@ impl Scenario {
             return Err("topology.releases: at least one".into());
         }
         for r in &self.topology.releases {
-            if r.chart.is_some() == !r.manifests.is_empty() {
+            if r.chart.is_some() != r.manifests.is_empty() {
                 return Err(format!(
                     "topology.releases.{}: give either `chart` or `manifests`",
                     r.name

@@ -48,6 +48,7 @@ pub struct DirectorTls {
 pub type AnyStream = Box<dyn proto::Stream>;
 
 impl Run {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         start: Instant,
         history: Arc<Journal<Op>>,

@@ -437,12 +437,15 @@ pub fn availability(
     )
 }
 
+/// One director's view: members, backends, pins of the workload users.
+pub type View = (Vec<String>, Vec<String>, Vec<String>);
+
 /// One sample of every director's view.
 #[derive(Debug, Clone, Serialize)]
 pub struct ViewSample {
     pub t_ms: u64,
     /// director pod → (members, backends, pins of the workload users)
-    pub views: BTreeMap<String, (Vec<String>, Vec<String>, Vec<String>)>,
+    pub views: BTreeMap<String, View>,
     /// What the cluster says is live: director addresses, backend IPs.
     pub live_directors: Vec<String>,
     pub live_backends: Vec<String>,
@@ -759,7 +762,10 @@ mod tests {
             detail: String::new(),
             ok: true,
         };
-        assert_eq!(availability(&h, &[f.clone()], 0.5, 1000.0).0, Verdict::True);
+        assert_eq!(
+            availability(&h, std::slice::from_ref(&f), 0.5, 1000.0).0,
+            Verdict::True
+        );
         assert_eq!(availability(&h, &[f], 0.9, 1000.0).0, Verdict::False);
     }
 
@@ -790,7 +796,7 @@ mod tests {
             sample(100, &["x", "y", "z"], &["x", "y"]),
             sample(1600, &["x", "y"], &["x", "y"]),
         ];
-        let (v, _, fig, _) = convergence(&s, &[f.clone()], &[vec!["z".into()]], 2.0);
+        let (v, _, fig, _) = convergence(&s, std::slice::from_ref(&f), &[vec!["z".into()]], 2.0);
         assert_eq!(v, Verdict::True);
         assert_eq!(fig[0]["converged_after_s"], 1.5);
         assert_eq!(fig[0]["evicted_after_s"], 1.6);

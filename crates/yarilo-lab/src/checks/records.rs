@@ -107,20 +107,18 @@ pub fn served(
                     }
                 }
             }
-            "delivery" => {
-                if f.get("result").map(String::as_str) == Some("ok") {
-                    if let Some(user) = f.get("user") {
-                        out.push(Served {
-                            user: user.clone(),
-                            pod: pod.clone(),
-                            from_ms: t,
-                            to_ms: t,
-                            what: "lmtp".into(),
-                        });
-                    }
-                    if let Some(s) = f.get("session") {
-                        lmtp_sessions.insert(s.clone(), pod.clone());
-                    }
+            "delivery" if f.get("result").map(String::as_str) == Some("ok") => {
+                if let Some(user) = f.get("user") {
+                    out.push(Served {
+                        user: user.clone(),
+                        pod: pod.clone(),
+                        from_ms: t,
+                        to_ms: t,
+                        what: "lmtp".into(),
+                    });
+                }
+                if let Some(s) = f.get("session") {
+                    lmtp_sessions.insert(s.clone(), pod.clone());
                 }
             }
             _ => {}

@@ -132,6 +132,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl<R: PodRuntime> Cluster<R> {
     /// A cluster with the given objects; nothing runs until [`install`].
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         rt: R,
         objects: Objects,
@@ -615,10 +616,9 @@ impl<R: PodRuntime> Cluster<R> {
         for pod in old {
             let deadline = Instant::now() + timeout;
             if kind == WorkloadKind::Deployment && strategy != "Recreate" {
-                lock(&self.state)
-                    .workloads
-                    .get_mut(workload)
-                    .map(|w| w.surge += 1);
+                if let Some(w) = lock(&self.state).workloads.get_mut(workload) {
+                    w.surge += 1;
+                }
                 let before: BTreeSet<String> =
                     self.pods_of(workload).into_iter().map(|p| p.name).collect();
                 loop {
@@ -638,10 +638,9 @@ impl<R: PodRuntime> Cluster<R> {
                     tokio::time::sleep(TICK).await;
                 }
                 self.delete_pod(&pod.name, true)?;
-                lock(&self.state)
-                    .workloads
-                    .get_mut(workload)
-                    .map(|w| w.surge = w.surge.saturating_sub(1));
+                if let Some(w) = lock(&self.state).workloads.get_mut(workload) {
+                    w.surge = w.surge.saturating_sub(1);
+                }
                 self.wait_gone(&pod.name, deadline).await?;
             } else {
                 self.delete_pod(&pod.name, true)?;
