@@ -35,6 +35,9 @@ pub enum UserCmd {
     List,
     /// Show a user's scheme and fields (never the hash).
     Show { name: String },
+    /// Create the `users` table the default SQL queries use, if missing
+    /// (nothing to do for a passwd-file).
+    InitDb,
 }
 
 fn password_arg(given: Option<String>) -> anyhow::Result<String> {
@@ -83,6 +86,13 @@ pub async fn run(
                 .set_password(&name, &password, scheme.as_deref())
                 .await?;
             println!("changed the password of {user}");
+        }
+        UserCmd::InitDb => {
+            if store.init_db().await? {
+                println!("users table ready in {}", store.describe());
+            } else {
+                println!("{} is a passwd-file: nothing to create", store.describe());
+            }
         }
         UserCmd::List => {
             for user in store.list().await? {

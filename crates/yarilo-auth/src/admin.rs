@@ -16,6 +16,17 @@ use crate::scheme::{hash_password, Scheme, StoredPassword};
 /// The data directory `yarilo single` uses when none is configured.
 pub const DEFAULT_DATA_DIR: &str = "./yarilo-data";
 
+/// The `users` table the default SQL queries read and write (portable
+/// across SQLite, MariaDB/MySQL and PostgreSQL). `yarctl user init-db`
+/// creates it when it is missing; sites with their own schema point the
+/// queries at it instead.
+pub const DEFAULT_USERS_TABLE: &str = "CREATE TABLE IF NOT EXISTS users (\
+    username VARCHAR(255) NOT NULL PRIMARY KEY, \
+    password VARCHAR(255) NOT NULL, \
+    home VARCHAR(255), \
+    uid INTEGER, \
+    gid INTEGER)";
+
 /// Where `yarctl user` reads and writes users.
 #[derive(Debug, Clone)]
 pub struct UserStore {
@@ -97,6 +108,20 @@ impl UserStore {
         match &self.backend {
             Backend::File(p) => p.path().display().to_string(),
             Backend::Sql(s) => format!("sql ({})", s.backend()),
+        }
+    }
+
+    /// Creates [`DEFAULT_USERS_TABLE`] in an sql passdb if it does not
+    /// exist. Returns false for a passwd-file, which needs nothing.
+    pub async fn init_db(&self) -> anyhow::Result<bool> {
+        match &self.backend {
+            Backend::File(_) => Ok(false),
+            Backend::Sql(s) => {
+                s.execute_raw(DEFAULT_USERS_TABLE)
+                    .await
+                    .with_context(|| format!("creating the users table in {}", s.backend()))?;
+                Ok(true)
+            }
         }
     }
 

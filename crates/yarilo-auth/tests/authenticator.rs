@@ -234,3 +234,40 @@ async fn scram_does_not_reveal_unknown_users_at_its_first_step() {
     let reply = one.step(Some(b"c=biws,r=x,p=AAAA")).await;
     assert!(matches!(reply, AuthReply::Failure(_)));
 }
+
+#[tokio::test]
+async fn yarctl_user_init_db_creates_the_table_the_default_queries_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("users.db");
+    let yaml = format!(
+        "general:\n  data_dir: {d}\nauth:\n  auth_failure_delay_seconds: 0\n\
+         passdb:\n  - driver: sql\n    connect: sqlite://{db}?mode=rwc\n\
+         userdb:\n  - driver: sql\n    connect: sqlite://{db}?mode=rwc\n",
+        d = dir.path().display(),
+        db = db.display()
+    );
+    let path = dir.path().join("yarilo.yaml");
+    std::fs::write(&path, &yaml).unwrap();
+    let store = yarilo_auth::admin::UserStore::open(None, Some(&path)).unwrap();
+    assert!(
+        store.add("early", "pw", None).await.is_err(),
+        "no table yet"
+    );
+    assert!(store.init_db().await.unwrap());
+    assert!(
+        store.init_db().await.unwrap(),
+        "a second run changes nothing"
+    );
+    store.add("alice", "a-long-secret", None).await.unwrap();
+    assert_eq!(store.list().await.unwrap(), ["alice"]);
+    let config = yarilo_config::Config::from_yaml(&yaml, "t.yaml").unwrap();
+    let auth = Arc::new(Authenticator::from_config(&config).unwrap());
+    let r = common::request("127.0.0.1", "imap", "s");
+    assert_eq!(
+        kind(auth.login_plain(r, "alice", "a-long-secret").await),
+        None
+    );
+    // A passwd-file needs nothing.
+    let file = yarilo_auth::admin::UserStore::open(Some(dir.path()), None).unwrap();
+    assert!(!file.init_db().await.unwrap());
+}

@@ -135,6 +135,11 @@ impl PreambleGate {
         }
     }
 
+    /// The service this gate admits for (`imap`, `pop3`, …).
+    pub fn service(&self) -> &'static str {
+        self.settings.service
+    }
+
     /// Checks the peer, reads and VERIFYs the preamble. On success
     /// `conn.peer` is the real client (port 0: the login does not forward
     /// it), so the session logs and limits by the right address.

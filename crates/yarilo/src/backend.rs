@@ -135,7 +135,7 @@ pub fn pop3(args: ComponentArgs) -> anyhow::Result<ExitCode> {
             .serve(ctx.life.clone(), listener_metrics, move |accepted| {
                 let (gate, server, life) = (gate.clone(), server.clone(), life.clone());
                 async move {
-                    let Some((conn, admitted)) = admit(&gate, accepted).await else {
+                    let Some((conn, admitted, _record)) = admit(&gate, accepted).await else {
                         return;
                     };
                     server
@@ -153,7 +153,11 @@ pub fn pop3(args: ComponentArgs) -> anyhow::Result<ExitCode> {
 async fn admit(
     gate: &PreambleGate,
     accepted: yarilo_listener::Accepted,
-) -> Option<(yarilo_listener::ClientConn, yarilo_login::gate::Admitted)> {
+) -> Option<(
+    yarilo_listener::ClientConn,
+    yarilo_login::gate::Admitted,
+    SessionRecord,
+)> {
     let mut conn = match accepted.establish(HOP_HANDSHAKE).await {
         Ok(c) => c,
         Err(e) => {
@@ -162,7 +166,43 @@ async fn admit(
         }
     };
     let admitted = gate.admit(&mut conn).await.ok()?;
-    Some((conn, admitted))
+    let record = SessionRecord::start(gate.service(), &admitted.session, &admitted.user);
+    Some((conn, admitted, record))
+}
+
+/// The backend's own record of a session it served: `session start` when
+/// the preamble was admitted (logged by the gate as `preamble accepted`),
+/// `session end` when the session task finishes however it finishes
+/// (dropped with the task). Operators and the lab's single-writer check
+/// read which pod served which user when from these two lines.
+struct SessionRecord {
+    service: &'static str,
+    session: String,
+    user: String,
+    started: std::time::Instant,
+}
+
+impl SessionRecord {
+    fn start(service: &'static str, session: &str, user: &str) -> SessionRecord {
+        SessionRecord {
+            service,
+            session: session.to_string(),
+            user: user.to_string(),
+            started: std::time::Instant::now(),
+        }
+    }
+}
+
+impl Drop for SessionRecord {
+    fn drop(&mut self) {
+        tracing::info!(
+            service = self.service,
+            session = %self.session,
+            user = %self.user,
+            duration_ms = self.started.elapsed().as_millis() as u64,
+            "session end"
+        );
+    }
 }
 
 /// `yarilo pop3-login`: the POP3 login proxy on `services.pop3` (STLS)
@@ -232,7 +272,7 @@ pub fn submission(args: ComponentArgs) -> anyhow::Result<ExitCode> {
             .serve(ctx.life.clone(), listener_metrics, move |accepted| {
                 let (gate, server, life) = (gate.clone(), server.clone(), life.clone());
                 async move {
-                    let Some((conn, admitted)) = admit(&gate, accepted).await else {
+                    let Some((conn, admitted, _record)) = admit(&gate, accepted).await else {
                         return;
                     };
                     let Some(helo) = admitted.helo else {
@@ -500,7 +540,7 @@ pub fn imap(args: ComponentArgs) -> anyhow::Result<ExitCode> {
             .serve(ctx.life.clone(), listener_metrics, move |accepted| {
                 let (gate, server, life) = (gate.clone(), server.clone(), life.clone());
                 async move {
-                    let Some((conn, admitted)) = admit(&gate, accepted).await else {
+                    let Some((conn, admitted, _record)) = admit(&gate, accepted).await else {
                         return;
                     };
                     match admitted.tag {

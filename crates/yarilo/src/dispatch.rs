@@ -2,7 +2,10 @@ use std::ffi::OsString;
 use std::path::Path;
 
 /// Components reachable as `yarilo-<name>` links. Only those that exist.
-const LINKED: &[&str] = &[
+/// `yarilo links` prints this list; the images (images/) and the Nix
+/// package (flake.nix) make one link per entry, so a new component is one
+/// line here.
+pub const LINKED: &[&str] = &[
     "single",
     "config",
     "auth",

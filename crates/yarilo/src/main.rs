@@ -59,6 +59,10 @@ enum Command {
     Lmtp(component::ComponentArgs),
     /// The LMTP proxy: per-recipient userdb lookup and routing (`login.lmtp`).
     LmtpLogin(component::ComponentArgs),
+    /// Print the components reachable as `yarilo-<component>` links, one a
+    /// line (the image and package builders make one link each).
+    #[command(hide = true)]
+    Links,
     /// Check or show the configuration.
     Config {
         #[command(subcommand)]
@@ -99,6 +103,12 @@ fn main() -> ExitCode {
         Command::SubmissionLogin(args) => backend::submission_login(args),
         Command::Lmtp(args) => backend::lmtp(args),
         Command::LmtpLogin(args) => backend::lmtp_login(args),
+        Command::Links => {
+            for component in dispatch::LINKED {
+                println!("{component}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Config { command } => config_command(command),
     };
     match result {

@@ -183,6 +183,44 @@ fn imaplib_logs_in_through_the_proxy_and_selects_appends_and_fetches() {
             .metric("yarilo_login_proxied_bytes_total{protocol=\"imap\",direction=\"downstream\"}")
             > 0.0
     );
+    // The backend's own record of each session it served: a start (the
+    // gate's `preamble accepted`) and an end with the same session id.
+    // The lab's single-writer check reads these two lines.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let log = std::fs::read_to_string(&c.backend_log).unwrap();
+        let starts: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("preamble accepted"))
+            .collect();
+        let ends: Vec<&str> = log.lines().filter(|l| l.contains("session end")).collect();
+        if ends.len() == 2 {
+            assert_eq!(starts.len(), 2, "{log}");
+            for end in ends {
+                assert!(
+                    end.contains("alice") && end.contains("service=\"imap\""),
+                    "{end}"
+                );
+                let session = end
+                    .split("session=")
+                    .nth(1)
+                    .unwrap()
+                    .split_whitespace()
+                    .next()
+                    .unwrap();
+                assert!(
+                    starts.iter().any(|s| s.contains(session)),
+                    "no start for {session}: {log}"
+                );
+            }
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "two session ends expected: {log}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 const WRONG_PASSWORD: &str = r#"
