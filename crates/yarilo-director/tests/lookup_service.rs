@@ -256,6 +256,7 @@ async fn silent_peers_are_pinged_then_closed() {
             ping_interval: Duration::from_secs(5),
             ping_timeout: Duration::from_secs(3),
             write_timeout: Some(Duration::from_secs(10)),
+            shutdown_grace: Duration::from_secs(30),
         },
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
