@@ -411,7 +411,8 @@ async fn moved_users_lookup_waits_for_the_old_session_then_the_hook_runs() {
         .is_err());
     assert_eq!(call(&mut c, &["SESSION-CLOSE", "g1"]).await, ["OK"]);
     let r = recv(&mut c2).await;
-    assert_eq!(r, ["OK", new, "143"]);
+    // A registered pod: its BACKEND-UP port is nominal, the login dials its own.
+    assert_eq!(r, ["OK", new, "0"]);
 
     // The hook ran: FLUSH <user> <hash> <old> <new>.
     let deadline = tokio::time::Instant::now() + T;
