@@ -2,6 +2,7 @@
 
 mod certs;
 mod director;
+mod pprof;
 mod pw;
 mod user;
 
@@ -39,6 +40,11 @@ enum Command {
         #[command(subcommand)]
         command: certs::CertsCmd,
     },
+    /// Read profiles from `/debug/pprof/*` (`telemetry.pprof`).
+    Pprof {
+        #[command(subcommand)]
+        command: pprof::PprofCmd,
+    },
 }
 
 fn main() -> ExitCode {
@@ -46,6 +52,11 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Certs { command } => certs::run(command),
         Command::Pw(args) => pw::run(args),
+        Command::Pprof { command } => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(pprof::run(command))),
         Command::Director(args) => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

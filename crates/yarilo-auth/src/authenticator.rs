@@ -210,6 +210,10 @@ pub struct VerifiedLogin {
     pub fields: ExtraFields,
 }
 
+/// The only service a USER lookup issues a token for (deliveries carry no
+/// credentials; every other service's token needs a passdb success).
+pub const DELIVERY_SERVICE: &str = "lmtp";
+
 /// The engine. Cheap to share: wrap it in an `Arc`.
 pub struct Authenticator {
     settings: AuthSettings,
@@ -407,6 +411,10 @@ impl Authenticator {
 
     pub fn passdbs(&self) -> &[Db] {
         &self.passdbs
+    }
+
+    pub fn userdbs(&self) -> &[Db] {
+        &self.userdbs
     }
 
     /// Registers the engine's metrics (`yarilo_auth_*`).
@@ -644,6 +652,36 @@ impl Authenticator {
             .userdb_lookup(&user, service, None)
             .await?
             .map(|f| (user, f)))
+    }
+
+    /// USER lookup for an LMTP delivery through `lmtp-login`: the userdb
+    /// fields and a single-use token bound to (user, `session`, `lmtp`),
+    /// which the LMTP backend VERIFYs from the hop's preamble. LMTP has no
+    /// credentials: the token proves the hop came through the login layer
+    /// (and this auth service), and is good for nothing but an `lmtp`
+    /// VERIFY of that user and session. `Ok(None)` if unknown.
+    pub async fn lookup_delivery(
+        &self,
+        user: &str,
+        session: &str,
+    ) -> Result<Option<(String, ExtraFields, String)>, DbError> {
+        let Some((user, fields)) = self.lookup_user(user, DELIVERY_SERVICE).await? else {
+            return Ok(None);
+        };
+        let token = self
+            .tokens
+            .issue(
+                TokenBinding {
+                    user: user.clone(),
+                    session: session.to_string(),
+                    service: DELIVERY_SERVICE.to_string(),
+                    fields: fields.clone(),
+                },
+                self.settings.token_ttl,
+            )
+            .await
+            .map_err(|e| DbError::Internal(format!("cannot issue a delivery token: {e}")))?;
+        Ok(Some((user, fields, token)))
     }
 
     /// VERIFY: consumes `token` and checks it was issued for this session,

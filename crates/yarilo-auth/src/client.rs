@@ -348,6 +348,46 @@ impl AuthClient {
     }
 }
 
+impl AuthClient {
+    /// userdb lookup of an LMTP recipient for `lmtp-login`, with a
+    /// single-use token for the hop's preamble (bound to the user,
+    /// `session` and `lmtp`): `Ok(None)` if unknown.
+    pub async fn lookup_delivery(
+        &self,
+        user: &str,
+        session: &str,
+    ) -> Result<Option<(String, ExtraFields, String)>, ClientError> {
+        let (_, _, answer) = self
+            .request(|id| {
+                vec![
+                    "USER".to_string(),
+                    id.to_string(),
+                    format!("user={user}"),
+                    "service=lmtp".to_string(),
+                    format!("session={session}"),
+                ]
+            })
+            .await?;
+        let (reserved, fields) = parse_fields(answer.get(2..).unwrap_or(&[]));
+        let get = |k: &str| {
+            reserved
+                .iter()
+                .find(|(rk, _)| rk == k)
+                .map(|(_, v)| v.clone())
+        };
+        match answer.first().map(String::as_str) {
+            Some("USER") => match get("token") {
+                Some(token) => Ok(Some((get("user").unwrap_or_default(), fields, token))),
+                None => Err(ClientError::Protocol(
+                    "USER answer without token= (an auth service too old for lmtp-login)".into(),
+                )),
+            },
+            Some("NOTFOUND") => Ok(None),
+            _ => Err(ClientError::Protocol(answer.join(" "))),
+        }
+    }
+}
+
 /// An AUTH exchange in progress on one connection.
 pub struct ClientExchange {
     client: AuthClient,

@@ -111,6 +111,28 @@ impl AuthHandle {
     }
 }
 
+impl AuthHandle {
+    /// userdb lookup of an LMTP recipient with a single-use token for the
+    /// hop's preamble ([`Authenticator::lookup_delivery`]); `Err` is
+    /// temporary.
+    pub async fn lookup_delivery(
+        &self,
+        user: &str,
+        session: &str,
+    ) -> Result<Option<(String, ExtraFields, String)>, String> {
+        match self {
+            AuthHandle::Local(auth) => auth
+                .lookup_delivery(user, session)
+                .await
+                .map_err(|e| e.to_string()),
+            AuthHandle::Remote(client) => client
+                .lookup_delivery(user, session)
+                .await
+                .map_err(|e| e.to_string()),
+        }
+    }
+}
+
 impl HandleExchange {
     /// The client's next response; `None` cancels.
     pub async fn step(&mut self, response: Option<&[u8]>) -> AuthReply {

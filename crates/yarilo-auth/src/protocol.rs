@@ -76,6 +76,9 @@ pub enum Request {
         id: String,
         user: String,
         service: String,
+        /// With `service=lmtp`: the delivery's session id; the answer then
+        /// carries a `token=` for the LMTP hop's preamble.
+        session: Option<String>,
     },
 }
 
@@ -194,6 +197,7 @@ impl Request {
                 Ok(Request::User {
                     user,
                     service: get(rest, "service").unwrap_or("").to_string(),
+                    session: get(rest, "session").map(str::to_string),
                     id,
                 })
             }

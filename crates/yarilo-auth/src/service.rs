@@ -350,7 +350,38 @@ async fn handle(request: Request, auth: &Arc<Authenticator>, exchanges: &Exchang
                 format!("reason={e}"),
             ],
         },
-        Request::User { id, user, service } => match auth.lookup_user(&user, &service).await {
+        Request::User {
+            id,
+            user,
+            service,
+            session: Some(session),
+        } if service == crate::authenticator::DELIVERY_SERVICE => {
+            match auth.lookup_delivery(&user, &session).await {
+                Ok(Some((user, fields, token))) => {
+                    let mut out = vec![
+                        "USER".into(),
+                        id,
+                        format!("user={user}"),
+                        format!("token={token}"),
+                    ];
+                    push_fields(&mut out, &fields);
+                    out
+                }
+                Ok(None) => vec!["NOTFOUND".into(), id],
+                Err(e) => {
+                    tracing::warn!(error = %e, "userdb lookup for a delivery failed");
+                    vec![
+                        "FAIL".into(),
+                        id,
+                        "code=temporary".into(),
+                        "reason=Temporary lookup failure.".into(),
+                    ]
+                }
+            }
+        }
+        Request::User {
+            id, user, service, ..
+        } => match auth.lookup_user(&user, &service).await {
             Ok(Some((user, fields))) => {
                 let mut out = vec!["USER".into(), id, format!("user={user}")];
                 push_fields(&mut out, &fields);

@@ -74,8 +74,13 @@ pub struct DirectorService {
     pub ping_timeout: u64,
     /// Seconds one reply write may take; 0 is no bound. Default 10.
     pub write_timeout: u64,
-    /// Seconds the director keeps running after SIGTERM. Default 30.
+    /// Seconds the director keeps running after SIGTERM: it leaves the
+    /// ring and lets in-flight LOOKUPs finish within it. Default 30.
     pub session_grace_period: u64,
+    /// Seconds a moved or kicked user's LOOKUPs are held while its old
+    /// sessions close (the confirmed-kill hold) before they are let
+    /// through anyway. Default 30.
+    pub user_kill_timeout: u64,
     /// Ring seeds (ring formation): `ip:port` literals or `host:port`
     /// names resolved on every poll. Default [].
     pub peers: Vec<String>,
@@ -173,6 +178,7 @@ impl Default for DirectorService {
             ping_timeout: 10,
             write_timeout: 10,
             session_grace_period: 30,
+            user_kill_timeout: 30,
             peers: Vec::new(),
             ring_address: String::new(),
             backend_unreachable_reporters: 2,
@@ -231,6 +237,8 @@ impl DirectorService {
                 self.backend_unreachable_window,
             ),
             ("director_domain_expire", self.director_domain_expire),
+            ("user_kill_timeout", self.user_kill_timeout),
+            ("session_grace_period", self.session_grace_period),
         ] {
             if value == 0 {
                 return Err(ConfigError::invalid(key(name), "must be at least 1"));
@@ -320,6 +328,14 @@ pub struct BackendRegister {
     /// container; a heartbeat is sent only while all answer 200.
     /// Default [] (always ready).
     pub readyz_urls: Vec<String>,
+    /// Load (percent, from each protocol container's `/loadz` on the host
+    /// and port of its readiness URL) at which the sidecar sends
+    /// BACKEND-FLUSH instead of BACKEND-UP: the pod keeps its users and
+    /// its ring slice but takes no new ones. 0 turns it off. Default 90.
+    pub overload_percent: u32,
+    /// Load below which a flushed pod takes new users again (BACKEND-UP).
+    /// Below `overload_percent`. Default 70.
+    pub overload_clear_percent: u32,
 }
 
 impl Default for BackendRegister {
@@ -332,6 +348,8 @@ impl Default for BackendRegister {
             address: String::new(),
             port: 0,
             readyz_urls: Vec::new(),
+            overload_percent: 90,
+            overload_clear_percent: 70,
         }
     }
 }
@@ -362,6 +380,18 @@ impl BackendRegister {
             return Err(ConfigError::invalid(
                 "backend_register.vhosts",
                 "must be from 0 to 100",
+            ));
+        }
+        if self.overload_percent > 100 {
+            return Err(ConfigError::invalid(
+                "backend_register.overload_percent",
+                "must be from 0 (off) to 100",
+            ));
+        }
+        if self.overload_percent > 0 && self.overload_clear_percent >= self.overload_percent {
+            return Err(ConfigError::invalid(
+                "backend_register.overload_clear_percent",
+                "must be below overload_percent",
             ));
         }
         Ok(())

@@ -89,13 +89,28 @@ impl Default for Haproxy {
     }
 }
 
-/// `general.xclient.*`: forwarding the real client address to backends.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+/// `general.xclient.*`: who may tell yarilo the real client address.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Xclient {
-    /// Global switch for every `xclient_protocol: true` listener. Default false.
+    /// Global switch for every `xclient_protocol: true` listener: inbound
+    /// XCLIENT (SMTP, LMTP, POP3, IMAP) and IMAP `ID` `x-originating-ip`
+    /// from `trusted_nets`. Default false.
     pub enabled: bool,
-    /// Peers a backend accepts XCLIENT (and the login preamble, when internal
-    /// mTLS is off) from. Default empty.
+    /// Peers whose forwarded client address is believed, and, with
+    /// internal mTLS off, the login peers a backend accepts the preamble
+    /// from. Default `[127.0.0.1/32, 10.0.0.0/8]` (the deployment seed's).
     pub trusted_nets: Vec<IpNet>,
+}
+
+impl Default for Xclient {
+    fn default() -> Self {
+        Xclient {
+            enabled: false,
+            trusted_nets: ["127.0.0.1/32", "10.0.0.0/8"]
+                .iter()
+                .filter_map(|n| n.parse().ok())
+                .collect(),
+        }
+    }
 }

@@ -54,7 +54,7 @@ pub use secret::Secret;
 pub use services::{Service, ServiceName, Services, SslMode};
 pub use store::{StoreConfig, StoreMailbox};
 pub use submission::{RelaySsl, SubmissionConfig};
-pub use telemetry::{LivenessWatchdog, Telemetry};
+pub use telemetry::{LivenessWatchdog, Pprof, Readiness, Telemetry};
 pub use tls::{CertPair, ClientTls, InternalTls};
 pub use warden::{WardenClient, WardenLimits, WardenService, WardenStateBackend};
 
@@ -151,6 +151,18 @@ impl Config {
         self.submission.validate()?;
         self.imap.validate()?;
         self.login.validate()?;
+        // A LOOKUP held by the director must not time out at the login
+        // first (both keys in one file: the shape the charts render).
+        if self.login.lookup_timeout_ms <= self.director_service.user_kill_timeout * 1000 {
+            return Err(ConfigError::invalid(
+                "login.lookup_timeout_ms",
+                format!(
+                    "must be longer than director_service.user_kill_timeout ({} s), or a login \
+                     gives up on a user the director is still holding",
+                    self.director_service.user_kill_timeout
+                ),
+            ));
+        }
         Ok(())
     }
 

@@ -27,6 +27,11 @@ pub struct Login {
     /// How long a backend waits for the preamble after accepting a
     /// connection, in ms. Default 5000.
     pub preamble_timeout_ms: u64,
+    /// How long a login waits for the director's answer to a LOOKUP once
+    /// connected, in ms. Longer than the director's confirmed-kill hold
+    /// (`director_service.user_kill_timeout`), so a user being moved waits
+    /// for the hold instead of failing. Default 35000.
+    pub lookup_timeout_ms: u64,
     /// Bound on the PROXY header and the client TLS handshake (implicit
     /// TLS and STARTTLS), in seconds. Default 30.
     pub handshake_timeout_seconds: u64,
@@ -54,6 +59,7 @@ impl Default for Login {
             connect_timeout_ms: 5000,
             backend_answer_timeout_ms: 30_000,
             preamble_timeout_ms: 5000,
+            lookup_timeout_ms: 35_000,
             handshake_timeout_seconds: 30,
             warden_penalty_max_delay_ms: 15_000,
             imap: LoginRoute::default(),
@@ -75,11 +81,14 @@ pub struct LoginRoute {
     /// `host:port` of the director's LOOKUP port (director shape).
     /// Default empty.
     pub director_addr: String,
-    /// Overrides the port a director LOOKUP returns when the backend's
-    /// protocol port differs from it; 0 keeps the returned port. Default 0.
+    /// The port dialled on the backend a director LOOKUP names, whatever
+    /// the LOOKUP said; 0: the LOOKUP's port when it gives one (a static
+    /// backend listed with a port), else this login's own protocol port
+    /// (`services.<proto>.port`). Default 0.
     pub backend_port: u16,
-    /// Restricts LOOKUPs to one tag pool; empty: the user's own tag (or
-    /// the untagged pool). Default empty.
+    /// The tag pool of this login's LOOKUPs for users whose passdb/userdb
+    /// gives no `director_tag` field (a per-user field wins). Default
+    /// empty: the untagged pool.
     pub director_tag: String,
 }
 
@@ -138,6 +147,7 @@ impl Login {
             ("connect_timeout_ms", self.connect_timeout_ms),
             ("backend_answer_timeout_ms", self.backend_answer_timeout_ms),
             ("preamble_timeout_ms", self.preamble_timeout_ms),
+            ("lookup_timeout_ms", self.lookup_timeout_ms),
             ("handshake_timeout_seconds", self.handshake_timeout_seconds),
         ] {
             if v == 0 {

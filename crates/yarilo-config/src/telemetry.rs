@@ -11,6 +11,8 @@ pub struct Telemetry {
     /// of one pod can each be given their own port. Empty disables it.
     pub listen: String,
     pub liveness_watchdog: LivenessWatchdog,
+    pub readiness: Readiness,
+    pub pprof: Pprof,
 }
 
 impl Default for Telemetry {
@@ -18,6 +20,8 @@ impl Default for Telemetry {
         Telemetry {
             listen: ":9090".to_string(),
             liveness_watchdog: LivenessWatchdog::default(),
+            readiness: Readiness::default(),
+            pprof: Pprof::default(),
         }
     }
 }
@@ -27,7 +31,75 @@ impl Telemetry {
         if !self.listen.is_empty() {
             parse_listen(&self.listen).map_err(|m| ConfigError::invalid("telemetry.listen", m))?;
         }
-        self.liveness_watchdog.validate()
+        self.liveness_watchdog.validate()?;
+        self.readiness.validate()
+    }
+}
+
+/// `telemetry.pprof.*`: profiles of a live process on the telemetry port
+/// (`docs/operations.md`, "Profiling"). Everything off by default; every
+/// start logs a warning while anything is on. The Helm value names
+/// (`heapEnabled`, `blockProfileRate`, `mutexProfileFraction`) are
+/// accepted as aliases.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Pprof {
+    /// Serves `/debug/pprof/profile` (CPU), `tasks`, `block`, `mutex`,
+    /// `cmdline`. Default false.
+    pub enabled: bool,
+    /// Serves `/debug/pprof/heap` and turns the allocator's heap sampling
+    /// on. Default false.
+    #[serde(alias = "heapEnabled")]
+    pub heap_enabled: bool,
+    /// One block sample per this many nanoseconds of blocked time; 0 off.
+    /// Default 0.
+    #[serde(alias = "blockProfileRate")]
+    pub block_profile_rate: u64,
+    /// One mutex sample per this many contention events; 0 off. Default 0.
+    #[serde(alias = "mutexProfileFraction")]
+    pub mutex_profile_fraction: u64,
+}
+
+/// `telemetry.readiness.*`: the request-path freshness check behind
+/// `/readyz` in mail-serving components (`docs/operations.md`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Readiness {
+    /// Seconds between request-path self-checks. Default 5.
+    pub freshness_interval_seconds: u64,
+    /// `/readyz` fails when the last successful self-check is older than
+    /// this. Default 15.
+    pub freshness_max_age_seconds: u64,
+    /// File rewritten (Unix time) after every successful self-check, for
+    /// exec probes and sidecars. Default "": none.
+    pub freshness_file: String,
+}
+
+impl Default for Readiness {
+    fn default() -> Self {
+        Readiness {
+            freshness_interval_seconds: 5,
+            freshness_max_age_seconds: 15,
+            freshness_file: String::new(),
+        }
+    }
+}
+
+impl Readiness {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.freshness_interval_seconds == 0 {
+            return Err(ConfigError::invalid(
+                "telemetry.readiness.freshness_interval_seconds",
+                "must be at least 1",
+            ));
+        }
+        if self.freshness_max_age_seconds <= self.freshness_interval_seconds {
+            return Err(ConfigError::invalid(
+                "telemetry.readiness.freshness_max_age_seconds",
+                "must be longer than freshness_interval_seconds",
+            ));
+        }
+        Ok(())
     }
 }
 

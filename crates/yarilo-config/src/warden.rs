@@ -34,6 +34,10 @@ pub struct WardenLimits {
     /// How long an IP's failure count lives after its last failure, in
     /// seconds. Default 300.
     pub penalty_ttl_s: u64,
+    /// Concurrent LMTP deliveries per user through `lmtp-login` (checked
+    /// per RCPT; a recipient over it gets 451 4.7.0 and the MTA retries).
+    /// Counted apart from sessions. Default 10.
+    pub max_deliveries_per_user: u64,
 }
 
 impl Default for WardenLimits {
@@ -44,6 +48,7 @@ impl Default for WardenLimits {
             max_sessions_per_user_ip: 10,
             max_auth_failures: 10,
             penalty_ttl_s: 300,
+            max_deliveries_per_user: 10,
         }
     }
 }

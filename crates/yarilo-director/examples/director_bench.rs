@@ -99,6 +99,7 @@ fn main() {
                 ping_interval: Duration::from_secs(30),
                 ping_timeout: Duration::from_secs(10),
                 write_timeout: Some(Duration::from_secs(10)),
+                shutdown_grace: Duration::from_secs(30),
             },
         );
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");

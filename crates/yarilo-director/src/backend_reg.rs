@@ -12,7 +12,14 @@
 //! - the director's PING is answered with PONG;
 //! - on shutdown (SIGTERM) BACKEND-DOWN is sent so the pod leaves at once;
 //! - reconnects back off exponentially, and the backoff resets once a
-//!   connection has stayed healthy for two intervals.
+//!   connection has stayed healthy for two intervals;
+//! - overload drains, it never removes (deployment seed, "Overload →
+//!   FLUSH"): while the highest `/loadz` of the protocol containers is at
+//!   `overload_percent` or above, the heartbeat is BACKEND-FLUSH (the pod
+//!   keeps its ring slice, its users and its lease; new users go
+//!   elsewhere) until the load falls below `overload_clear_percent`,
+//!   when BACKEND-UP resumes. A container that does not answer `/loadz`
+//!   counts as not loaded.
 
 use std::future::Future;
 use std::net::IpAddr;
@@ -39,6 +46,10 @@ pub struct RegSettings {
     pub tag: String,
     pub vhosts: u32,
     pub readyz_urls: Vec<String>,
+    /// Load at which heartbeats become BACKEND-FLUSH (0: never).
+    pub overload_percent: u32,
+    /// Load below which BACKEND-UP resumes.
+    pub overload_clear_percent: u32,
     /// Internal mTLS to the director (certificate with the `backend-reg`
     /// role); `None` is plain TCP.
     pub tls: Option<yarilo_tls::internal::InternalTls>,
@@ -76,6 +87,8 @@ impl RegSettings {
             tag: c.tag.clone(),
             vhosts: c.vhosts.min(100),
             readyz_urls: c.readyz_urls.clone(),
+            overload_percent: c.overload_percent.min(100),
+            overload_clear_percent: c.overload_clear_percent,
             tls: None,
         })
     }
@@ -109,31 +122,65 @@ pub async fn all_ready(urls: &[String], timeout: Duration) -> bool {
 
 /// A minimal HTTP/1.0 GET: true on a 200 status line.
 async fn http_get_ok(url: &str) -> bool {
-    let Some(rest) = url.strip_prefix("http://") else {
-        return false;
-    };
+    http_get(url, 64)
+        .await
+        .is_some_and(|(status, _)| status == 200)
+}
+
+/// A minimal HTTP/1.0 GET reading at most `limit` bytes: the status and
+/// the body (what arrived of it).
+async fn http_get(url: &str, limit: usize) -> Option<(u16, String)> {
+    let rest = url.strip_prefix("http://")?;
     let (hostport, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
     };
-    let Ok(mut stream) = TcpStream::connect(hostport).await else {
-        return false;
-    };
+    let mut stream = TcpStream::connect(hostport).await.ok()?;
     let request = format!("GET {path} HTTP/1.0\r\nHost: {hostport}\r\nConnection: close\r\n\r\n");
-    if stream.write_all(request.as_bytes()).await.is_err() {
-        return false;
-    }
-    // Only the status line matters; read a bounded prefix.
-    let mut buf = [0u8; 64];
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut buf = vec![0u8; limit.max(16)];
     let mut n = 0;
-    while n < 12 {
+    while n < buf.len() {
         match stream.read(&mut buf[n..]).await {
             Ok(0) | Err(_) => break,
             Ok(k) => n += k,
         }
     }
-    let head = String::from_utf8_lossy(&buf[..n]);
-    head.starts_with("HTTP/1.") && head.get(9..12) == Some("200")
+    let text = String::from_utf8_lossy(&buf[..n]);
+    if !text.starts_with("HTTP/1.") {
+        return None;
+    }
+    let status = text.get(9..12)?.parse().ok()?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((status, body))
+}
+
+/// The `/loadz` URL beside a readiness URL (same host and port).
+pub fn load_url(readyz: &str) -> Option<String> {
+    let rest = readyz.strip_prefix("http://")?;
+    let hostport = rest.split('/').next()?;
+    Some(format!("http://{hostport}/loadz"))
+}
+
+/// The highest load the protocol containers report (percent; a container
+/// that does not answer counts as 0).
+pub async fn max_load(readyz_urls: &[String], timeout: Duration) -> u32 {
+    let mut top = 0;
+    for url in readyz_urls.iter().filter_map(|u| load_url(u)) {
+        let load = match tokio::time::timeout(timeout, http_get(&url, 1024)).await {
+            Ok(Some((200, body))) => body
+                .lines()
+                .next()
+                .and_then(|l| l.trim().parse::<u32>().ok())
+                .unwrap_or(0),
+            _ => 0,
+        };
+        top = top.max(load.min(100));
+    }
+    top
 }
 
 /// Runs the sidecar until `shutdown` completes; then sends BACKEND-DOWN
@@ -228,6 +275,7 @@ where
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let check_timeout = (s.interval / 2).max(Duration::from_millis(200));
     let mut registered = false;
+    let mut flushing = false;
     loop {
         tokio::select! {
             _ = &mut *shutdown => {
@@ -254,9 +302,31 @@ where
                 if !all_ready(&s.readyz_urls, check_timeout).await {
                     continue;
                 }
+                if s.overload_percent > 0 {
+                    let load = max_load(&s.readyz_urls, check_timeout).await;
+                    let now = if flushing {
+                        load >= s.overload_clear_percent
+                    } else {
+                        load >= s.overload_percent
+                    };
+                    if now != flushing {
+                        flushing = now;
+                        if flushing {
+                            warn!(%ip, load, threshold = s.overload_percent, "overloaded: BACKEND-FLUSH (no new users; the ring slice stays)");
+                        } else {
+                            info!(%ip, load, "load back below overload_clear_percent: BACKEND-UP");
+                        }
+                    }
+                }
                 *seq += 1;
-                let up = ["BACKEND-UP", ip.as_str(), port.as_str(), s.tag.as_str(), vhosts.as_str(), &seq.to_string()];
-                if framed.send(&up[..]).await.is_err() {
+                let seq_text = seq.to_string();
+                let sent = if flushing && registered {
+                    framed.send(&["BACKEND-FLUSH", ip.as_str(), &seq_text][..]).await
+                } else {
+                    let up = ["BACKEND-UP", ip.as_str(), port.as_str(), s.tag.as_str(), vhosts.as_str(), &seq_text];
+                    framed.send(&up[..]).await
+                };
+                if sent.is_err() {
                     return SessionEnd::Lost;
                 }
                 if !registered {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 use yarilo_config::{parse_listen, Config};
 use yarilo_tls::internal::InternalTls;
 
@@ -30,13 +30,8 @@ impl DirectorComponent {
         let d = &config.director_service;
         let tls = InternalTls::from_config(&config.internal_tls)
             .map_err(|e| DirectorError::Tls(e.to_string()))?;
-        if let (Some(tls), Some(name)) = (&tls, &d.ring_tls_server_name) {
-            if !tls.own_certificate_has_name(name) {
-                error!(
-                    %name,
-                    "director certificate lacks ring_tls_server_name as a SAN: ring peers cannot verify each other and the ring will not converge"
-                );
-            }
+        if let Some(tls) = &tls {
+            check_ring_tls_name(config, tls);
         }
         let addr = parse_listen(&d.listen)
             .map_err(|m| DirectorError::Config(format!("director_service.listen: {m}")))?;
@@ -117,6 +112,43 @@ impl DirectorComponent {
             }
         }
         result
+    }
+}
+
+/// Start-up checks of the name ring dials verify (director seed, "mTLS"):
+/// peers dialled by pod IP can only be verified against a fixed name, so
+/// with internal TLS and ring peers an empty `ring_tls_server_name` is an
+/// ERROR (the dials then pin `internal_tls.server_name`, which works only
+/// when every director certificate carries that name), and a name missing
+/// from this director's own certificate a warning.
+fn check_ring_tls_name(config: &Config, tls: &InternalTls) {
+    let d = &config.director_service;
+    let name = d.ring_tls_server_name.as_deref().filter(|n| !n.is_empty());
+    match name {
+        None if !d.peers.is_empty() => {
+            let fallback = &config.internal_tls.server_name;
+            error!(
+                fallback = %fallback,
+                "internal_tls is on and director_service.peers is set, but \
+                 director_service.ring_tls_server_name is empty: ring dials go to pod IPs and \
+                 verify `{fallback}` instead; set ring_tls_server_name to the ring name every \
+                 director certificate carries (the chart's <release>-director-ring)"
+            );
+            if !tls.own_certificate_has_name(fallback) {
+                warn!(
+                    name = %fallback,
+                    "this director's certificate lacks `{fallback}` as a DNS SAN: ring peers \
+                     cannot verify it and the ring will not converge"
+                );
+            }
+        }
+        None => {}
+        Some(name) if !tls.own_certificate_has_name(name) => warn!(
+            %name,
+            "director_service.ring_tls_server_name `{name}` is not a DNS SAN of this \
+             director's certificate: ring peers cannot verify it and the ring will not converge"
+        ),
+        Some(_) => {}
     }
 }
 

@@ -42,6 +42,8 @@ pub struct Settings {
     /// 0 = no rebalancing.
     pub domain_rebalance_interval_ms: u64,
     pub domain_rebalance_threshold: u32,
+    /// Bound on a confirmed-kill hold (`user_kill_timeout`), in ms.
+    pub user_kill_timeout_ms: Tick,
 }
 
 impl Settings {
@@ -58,6 +60,7 @@ impl Settings {
             domain_expire_secs: secs_u32(c.director_domain_expire),
             domain_rebalance_interval_ms: c.domain_rebalance_interval.saturating_mul(1000),
             domain_rebalance_threshold: c.domain_rebalance_threshold,
+            user_kill_timeout_ms: c.user_kill_timeout.max(1).saturating_mul(1000),
         })
     }
 
@@ -84,6 +87,8 @@ fn secs(now: Tick) -> u32 {
 pub struct Route {
     pub backend: BackendId,
     pub ip: IpAddr,
+    /// The port to dial; 0: the login's own protocol port (a registered
+    /// pod, or a static backend listed without a port).
     pub port: u16,
     /// A new pin was made by this call (it must be replicated).
     pub fresh: bool,
@@ -104,7 +109,8 @@ pub enum LookupError {
 }
 
 /// How long a move waits for the old sessions to close (confirmed-kill
-/// hold) before giving up and letting LOOKUPs through.
+/// hold) before giving up and letting LOOKUPs through, by default
+/// (`director_service.user_kill_timeout`).
 pub const USER_KILL_TIMEOUT: Tick = 30_000;
 /// A user with no live session when the move starts confirms after this.
 pub const USER_KILL_CONFIRM_GRACE: Tick = 1_000;
@@ -130,7 +136,7 @@ pub struct Confirmed {
     pub user_hash: u32,
     pub old: IpAddr,
     pub new: Option<IpAddr>,
-    /// False when `USER_KILL_TIMEOUT` passed with sessions still open.
+    /// False when `user_kill_timeout` passed with sessions still open.
     pub confirmed: bool,
     /// The flush hook should run (deliberate relocation, confirmed).
     pub run_hook: bool,
@@ -397,7 +403,14 @@ impl Director {
         Some(Route {
             backend,
             ip: b.ip,
-            port: b.port,
+            // A registered pod serves every protocol on its own port: the
+            // BACKEND-UP port is nominal, and 0 tells the login to dial
+            // its own protocol port (deployment seed, backend registration).
+            port: if b.source == Source::Registered {
+                0
+            } else {
+                b.port
+            },
             fresh,
             stamp,
         })
@@ -596,7 +609,7 @@ impl Director {
                     + if offline {
                         USER_KILL_CONFIRM_GRACE
                     } else {
-                        USER_KILL_TIMEOUT
+                        self.settings.user_kill_timeout_ms
                     },
                 offline,
                 hook,

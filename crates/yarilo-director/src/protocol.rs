@@ -24,8 +24,11 @@
 //! which no reply does): it ends its sessions of that user on that backend.
 //!
 //! The tag is mandatory on LOOKUP; an empty field is the untagged pool.
-//! The port in a LOOKUP reply is the backend's nominal port; login proxies
-//! dial their own protocol port on that IP when configured to.
+//! The port in a LOOKUP reply is `0` for a self-registered pod (its
+//! BACKEND-UP port is nominal: one pod serves every protocol, each on its
+//! own port) and for a static backend listed without a port: the login
+//! dials its own protocol port on that IP. A static or admin backend with
+//! a port gets that port. `login.<proto>.backend_port` overrides both.
 
 use std::net::IpAddr;
 

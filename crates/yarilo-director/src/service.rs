@@ -41,6 +41,9 @@ pub struct Timeouts {
     pub ping_timeout: Duration,
     /// `None`: writes are not bounded.
     pub write_timeout: Option<Duration>,
+    /// After shutdown starts: the bound on the ring leave and on held
+    /// LOOKUPs still being answered (`session_grace_period`).
+    pub shutdown_grace: Duration,
 }
 
 impl Timeouts {
@@ -49,6 +52,7 @@ impl Timeouts {
             ping_interval: Duration::from_secs(c.ping_interval.max(1)),
             ping_timeout: Duration::from_secs(c.ping_timeout.max(1)),
             write_timeout: (c.write_timeout > 0).then(|| Duration::from_secs(c.write_timeout)),
+            shutdown_grace: Duration::from_secs(c.session_grace_period.max(1)),
         }
     }
 }
@@ -229,11 +233,21 @@ impl Shared {
 
     fn lock_director<'a>(&'a self, ring: Option<&'a Arc<RingCore>>) -> DirectorGuard<'a> {
         // A panic while holding the lock would be a bug; the state is still
-        // consistent per-operation, so keep serving.
-        let guard = self
-            .director
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
+        // consistent per-operation, so keep serving. A contended lock is
+        // what the `mutex` profile samples.
+        let guard = match self.director.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                let waiting = Instant::now();
+                let g = self
+                    .director
+                    .lock()
+                    .unwrap_or_else(|poison| poison.into_inner());
+                yarilo_telemetry::profiling::record_contention(waiting.elapsed());
+                g
+            }
+        };
         DirectorGuard {
             guard,
             ring,
@@ -424,8 +438,8 @@ impl Shared {
                 };
                 kicks.into_iter().for_each(|k| me.publish(k));
                 // Self-clocking: wait for this window's confirmations.
-                let deadline = Instant::now()
-                    + Duration::from_millis(crate::director::USER_KILL_TIMEOUT + 1000);
+                let hold = me.director().settings().user_kill_timeout_ms;
+                let deadline = Instant::now() + Duration::from_millis(hold + 1000);
                 loop {
                     let released = me.released.notified();
                     tokio::pin!(released);
@@ -694,18 +708,28 @@ pub(crate) async fn serve_inner(
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
         }
     }
-    // Graceful leave first (DIRECTOR-REMOVE for ourselves, QUIT on every
-    // ring connection, JOIN-FAIL to newcomers), then the connections close.
+    // `session_grace_period` from here: the graceful leave first
+    // (DIRECTOR-REMOVE for ourselves, QUIT on every ring connection,
+    // JOIN-FAIL to newcomers), then idle connections close (a login's
+    // standing link redials another director) while a LOOKUP that is
+    // being held is still answered; whatever is left at the deadline is
+    // cut.
+    let deadline = Instant::now() + shared.timeouts.shutdown_grace;
+    info!(
+        grace_seconds = shared.timeouts.shutdown_grace.as_secs(),
+        "shutting down: leaving the ring, finishing held LOOKUPs"
+    );
     let _ = ring_stop.send(true);
-    if let Some((mut task, leave)) = ring {
-        let _ = tokio::time::timeout(leave + Duration::from_secs(1), &mut task.0).await;
+    if let Some((mut task, _)) = ring {
+        let _ = tokio::time::timeout_at(deadline, &mut task.0).await;
     }
     let _ = stop_tx.send(true);
     let drain = async { while tasks.join_next().await.is_some() {} };
-    if tokio::time::timeout(Duration::from_secs(5), drain)
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout_at(deadline, drain).await.is_err() {
+        warn!(
+            connections = tasks.len(),
+            "session_grace_period over; closing the remaining connections"
+        );
         tasks.abort_all();
     }
     Ok(())
@@ -841,8 +865,7 @@ pub async fn serve_connection_as<S>(
                 Some(protocol::forbidden(&request, role))
             }
             Ok(_) => {
-                let Some((reply, effect)) =
-                    handle_waiting(&shared, &peer_name, &fields, &mut stop).await
+                let Some((reply, effect)) = handle_waiting(&shared, &peer_name, &fields).await
                 else {
                     return;
                 };
@@ -872,12 +895,12 @@ pub async fn serve_connection_as<S>(
 
 /// Handles one request; a LOOKUP of a held user waits (without holding
 /// the lock) until a hold is released or its deadline passes, then is
-/// retried. `None`: the service is stopping.
+/// retried — also while the director shuts down (the grace period bounds
+/// it from outside). `None`: the line is not a request.
 async fn handle_waiting(
     shared: &Arc<Shared>,
     peer: &str,
     fields: &[String],
-    stop: &mut watch::Receiver<bool>,
 ) -> Option<(Option<Vec<String>>, Effect)> {
     loop {
         let released = shared.released.notified();
@@ -894,7 +917,6 @@ async fn handle_waiting(
         };
         let wait = Duration::from_millis(until.saturating_sub(now).max(1));
         tokio::select! {
-            _ = stop.changed() => return None,
             _ = &mut released => {}
             // The tick releases expired holds; retrying then finds it gone.
             _ = tokio::time::sleep(wait) => { shared.tick(); }

@@ -117,6 +117,8 @@ fn reg(director: SocketAddr, ip: &str, readyz: Vec<String>) -> RegSettings {
         tag: String::new(),
         vhosts: 100,
         readyz_urls: readyz,
+        overload_percent: 0,
+        overload_clear_percent: 0,
         tls: None,
     }
 }

@@ -256,6 +256,7 @@ async fn silent_peers_are_pinged_then_closed() {
             ping_interval: Duration::from_secs(5),
             ping_timeout: Duration::from_secs(3),
             write_timeout: Some(Duration::from_secs(10)),
+            shutdown_grace: Duration::from_secs(30),
         },
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -410,7 +411,8 @@ async fn moved_users_lookup_waits_for_the_old_session_then_the_hook_runs() {
         .is_err());
     assert_eq!(call(&mut c, &["SESSION-CLOSE", "g1"]).await, ["OK"]);
     let r = recv(&mut c2).await;
-    assert_eq!(r, ["OK", new, "143"]);
+    // A registered pod: its BACKEND-UP port is nominal, the login dials its own.
+    assert_eq!(r, ["OK", new, "0"]);
 
     // The hook ran: FLUSH <user> <hash> <old> <new>.
     let deadline = tokio::time::Instant::now() + T;

@@ -66,6 +66,8 @@ async fn roles_decide_which_commands_a_peer_may_send() {
         tag: String::new(),
         vhosts: 100,
         readyz_urls: vec![],
+        overload_percent: 0,
+        overload_clear_percent: 0,
         tls: Some(reg.clone()),
     };
     let sidecar = tokio::spawn(backend_reg::run(settings, std::future::pending()));
@@ -123,4 +125,61 @@ async fn roles_decide_which_commands_a_peer_may_send() {
         "{end:?}"
     );
     sidecar.abort();
+}
+
+/// Certificates from cert-manager (the charts) carry the deployment
+/// seed's role SANs as DNS names, `<role>.role.yarilo.internal`: they
+/// grant the role like `yarilo-role:` URIs do.
+#[tokio::test]
+async fn dns_role_sans_from_the_charts_grant_their_roles() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Authority::generate("test CA").unwrap();
+    let server = tls_for(dir.path(), &ca, "director", &[Role::Director]);
+    let dns_only = |stem: &str, role_name: &str| {
+        let issued = ca
+            .issue(&[NAME.to_string(), role_name.to_string()], &[])
+            .unwrap();
+        let (cert, key) = write_pair(dir.path(), stem, &issued).unwrap();
+        InternalTls::build(&cert, &key, &dir.path().join("ca.crt"), NAME).unwrap()
+    };
+    let reg = dns_only("reg-dns", "backend-reg.role.yarilo.internal");
+    let login = dns_only("login-dns", "login.role.yarilo.internal");
+
+    let shared = Shared::from_config(&DirectorService::default(), DirectorId(1))
+        .await
+        .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(serve_tls(shared, listener, server, std::future::pending()));
+
+    let connect = |tls: InternalTls| async move {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let mut c = Framed::new(tls.connect(tcp).await.unwrap(), LineCodec::default());
+        tokio::time::timeout(T, c.next()).await.unwrap();
+        c.send(&["VERSION", "director", "1", "0"][..])
+            .await
+            .unwrap();
+        c
+    };
+    let mut b = connect(reg).await;
+    assert_eq!(
+        call(&mut b, &["BACKEND-UP", "127.0.0.43", "0", "", "100", "1"]).await,
+        ["OK"],
+        "backend-reg.role.yarilo.internal may register"
+    );
+    assert_eq!(
+        call(&mut b, &["LOOKUP", "ivy@d.test", ""]).await[..2],
+        ["FAIL", "FORBIDDEN"]
+    );
+    let mut l = connect(login).await;
+    let r = call(&mut l, &["LOOKUP", "ivy@d.test", ""]).await;
+    assert_eq!(
+        r[..2],
+        ["OK", "127.0.0.43"],
+        "login.role.yarilo.internal may LOOKUP"
+    );
+    assert_eq!(
+        call(&mut l, &["BACKEND-UP", "127.0.0.44", "0", "", "100", "1"]).await[..2],
+        ["FAIL", "FORBIDDEN"]
+    );
 }

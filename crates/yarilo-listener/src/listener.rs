@@ -58,6 +58,8 @@ pub struct Listener {
     local: SocketAddr,
     implicit_tls: Option<TlsAcceptor>,
     slots: Arc<Semaphore>,
+    /// The connection limit (`slots`' size).
+    max: usize,
     alive: Arc<AtomicBool>,
     proxy: Option<Arc<ProxyPolicy>>,
 }
@@ -237,6 +239,7 @@ impl Listener {
             local,
             implicit_tls,
             slots: Arc::new(Semaphore::new(max_connections.max(1))),
+            max: max_connections.max(1),
             alive: Arc::new(AtomicBool::new(false)),
             proxy: None,
         })
@@ -267,6 +270,22 @@ impl Listener {
                 }
             }
         })
+    }
+
+    /// Open connections over the limit, in percent (the `/loadz` figure).
+    pub fn load_percent(&self) -> impl Fn() -> u32 + Send + Sync + 'static {
+        let (slots, max) = (self.slots.clone(), self.max);
+        move || {
+            let used = max.saturating_sub(slots.available_permits());
+            (used * 100 / max) as u32
+        }
+    }
+
+    /// Registers this listener with `health`: its readiness (accept loop
+    /// running) and its load.
+    pub fn register_health(&self, health: &yarilo_telemetry::Health) {
+        health.add_ready_check(self.ready_check());
+        health.add_load(format!("listener {}", self.service), self.load_percent());
     }
 
     /// Accepts until shutdown, handing each connection to `handler` in a

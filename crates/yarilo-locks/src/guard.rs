@@ -116,7 +116,8 @@ pub async fn lock(
     resource: &str,
     opts: &LockOptions,
 ) -> Result<LockGuard, LockError> {
-    let deadline = Instant::now() + opts.wait;
+    let started = Instant::now();
+    let deadline = started + opts.wait;
     let mut backoff = Duration::from_micros(200);
     loop {
         let attempt = match locker.try_acquire(resource, &opts.owner, opts.ttl).await {
@@ -138,6 +139,9 @@ pub async fn lock(
         };
         match attempt {
             Acquire::Acquired { lock_id } => {
+                // The wait for a writer's lock is what the `block` profile
+                // is for (sampled only while its rate is set).
+                yarilo_telemetry::profiling::record_block(started.elapsed());
                 let renewer = spawn_renewer(locker.clone(), lock_id.clone(), opts.ttl);
                 return Ok(LockGuard {
                     locker,

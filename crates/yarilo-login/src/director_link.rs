@@ -9,6 +9,18 @@
 //! <backend-ip>` it receives ends this process's piped sessions of that
 //! user on that backend.
 //!
+//! A backend this process could not dial at all (connection refused or
+//! timed out) is reported on the same connection with
+//! `BACKEND-UNREACHABLE <ip> <reporter>` ([`DirectorLink::report_unreachable`]),
+//! so the directors evict a dead registered pod once
+//! `backend_unreachable_reporters` distinct login pods said so within
+//! `backend_unreachable_window`, instead of serving failures until its
+//! lease expires. `<reporter>` names the pod (`POD_NAME`, else the host
+//! name): the containers of one pod count once. Reports are deduplicated
+//! (one per backend per [`UNREACHABLE_EVERY`]) and bounded like the
+//! session reports; one that finds the director away is dropped (it is
+//! stale by the time the link is back).
+//!
 //! One connection, not one for reports and one for kicks: behind a
 //! load-balanced director Service two connections may land on two
 //! directors, and a director kicks the sessions *it* was told about (a
@@ -72,6 +84,11 @@ pub const MIN_BACKOFF: Duration = Duration::from_millis(100);
 pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// A connection that stayed up this long resets the backoff.
 const BACKOFF_RESET: Duration = Duration::from_secs(10);
+/// At most one BACKEND-UNREACHABLE per backend per this interval.
+pub const UNREACHABLE_EVERY: Duration = Duration::from_secs(1);
+/// Backends remembered for the deduplication.
+const UNREACHABLE_MEMORY: usize = 1024;
+
 /// At most one warning per this interval for dropped reports and lost
 /// connections (the rest are counted in the log line that follows).
 pub const LOG_EVERY: Duration = Duration::from_secs(10);
@@ -79,7 +96,7 @@ pub const LOG_EVERY: Duration = Duration::from_secs(10);
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReportLabels {
     protocol: &'static str,
-    /// `open` or `close`.
+    /// `open`, `close` or `unreachable`.
     op: &'static str,
     /// `ok` (answered OK), `refused` (answered FAIL: unknown backend or
     /// tag, a closed id, a full registry), `dropped` (never sent: queue
@@ -168,6 +185,7 @@ struct Table {
 enum Report {
     Open(String),
     Close(String),
+    Unreachable(IpAddr),
 }
 
 /// What an answered request was, in reply order.
@@ -175,6 +193,7 @@ enum Report {
 enum Op {
     Open,
     Close,
+    Unreachable,
     Ping,
 }
 
@@ -188,6 +207,10 @@ struct Inner {
     metrics: Metrics,
     dropped_log: Throttle,
     conn_log: Throttle,
+    /// This pod's name in BACKEND-UNREACHABLE.
+    reporter: String,
+    /// Backend → when it was last reported.
+    unreachable: Mutex<HashMap<IpAddr, Instant>>,
 }
 
 impl Inner {
@@ -201,6 +224,7 @@ impl Inner {
         let op = match op {
             Op::Open => "open",
             Op::Close => "close",
+            Op::Unreachable => "unreachable",
             Op::Ping => return,
         };
         self.metrics
@@ -229,6 +253,7 @@ impl Inner {
         let op = match report {
             Report::Open(_) => Op::Open,
             Report::Close(_) => Op::Close,
+            Report::Unreachable(_) => Op::Unreachable,
         };
         match self.reports.try_send(report) {
             Ok(()) => {}
@@ -285,6 +310,8 @@ impl DirectorLink {
             metrics: Metrics::register(registry),
             dropped_log: Throttle::default(),
             conn_log: Throttle::default(),
+            reporter: reporter_name(),
+            unreachable: Mutex::new(HashMap::new()),
         });
         let span = tracing::info_span!("director-link", director = %addr, protocol);
         // The task holds only a weak reference, so dropping the last
@@ -324,6 +351,35 @@ impl DirectorLink {
             id: id.to_string(),
             kick,
         }
+    }
+
+    /// Reports that this process could not connect to `backend` at all
+    /// (deduplicated: once per [`UNREACHABLE_EVERY`] per backend). Never
+    /// waits.
+    pub fn report_unreachable(&self, backend: IpAddr) {
+        {
+            let now = Instant::now();
+            let mut seen = self
+                .inner
+                .unreachable
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if seen
+                .get(&backend)
+                .is_some_and(|t| now.duration_since(*t) < UNREACHABLE_EVERY)
+            {
+                return;
+            }
+            if seen.len() >= UNREACHABLE_MEMORY {
+                seen.retain(|_, t| now.duration_since(*t) < UNREACHABLE_EVERY);
+                if seen.len() >= UNREACHABLE_MEMORY {
+                    return;
+                }
+            }
+            seen.insert(backend, now);
+        }
+        tracing::warn!(%backend, "backend unreachable; reporting it to the director");
+        self.inner.push(Report::Unreachable(backend));
     }
 
     /// Whether the connection is up and watching kicks.
@@ -421,6 +477,11 @@ async fn run(inner: std::sync::Weak<Inner>, mut rx: mpsc::Receiver<Report>) {
                     None => return,
                     Some(Report::Open(_)) => {}
                     Some(Report::Close(id)) => keep_close(&inner, &mut closes, id),
+                    Some(Report::Unreachable(_)) => {
+                        if let Some(link) = inner.upgrade() {
+                            link.dropped(Op::Unreachable, "director away");
+                        }
+                    }
                 },
             }
         }
@@ -551,6 +612,24 @@ async fn serve(
     }
 }
 
+/// This pod's name for BACKEND-UNREACHABLE: `POD_NAME` (the downward
+/// API), else `HOSTNAME`, else the kernel's host name — the same for every
+/// container of a pod, so the director counts a pod once.
+fn reporter_name() -> String {
+    let name = std::env::var("POD_NAME")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|v| !v.is_empty()))
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+        })
+        .unwrap_or_else(|| "login".to_string());
+    name.chars().take(128).collect()
+}
+
 fn open_line(link: &Inner, id: &str, l: &Live) -> Vec<String> {
     vec![
         "SESSION-OPEN".into(),
@@ -679,6 +758,11 @@ impl Conn {
                 }
             }
             Report::Close(id) => self.request(link, Op::Close, &["SESSION-CLOSE", &id]),
+            Report::Unreachable(ip) => self.request(
+                link,
+                Op::Unreachable,
+                &["BACKEND-UNREACHABLE", &ip.to_string(), &link.reporter],
+            ),
         }
     }
 

@@ -49,8 +49,10 @@ pub(crate) async fn open(
     let user = &hop.preamble.user;
     let attempt = async {
         let route = router.route_for(user, fields).await?;
-        let addr = route.addr;
-        let mut stream = dial(&addr, hop_tls, settings.connect_timeout).await?;
+        let addr = route.addr.clone();
+        let mut stream = dial(&addr, hop_tls, settings.connect_timeout)
+            .await
+            .inspect_err(|e| route.report_if_unreachable(e))?;
         let first = send_preamble(&mut stream, &addr, hop, settings.backend_answer_timeout).await?;
         Ok::<_, HopError>(Backend {
             addr,

@@ -32,27 +32,25 @@ pub async fn dial(
     tls: Option<&InternalTls>,
     timeout: Duration,
 ) -> Result<UpstreamStream, HopError> {
-    let err = |message: String| HopError::Connect {
+    let err = |message: String, unreachable: bool| HopError::Connect {
         addr: addr.to_string(),
         message,
+        unreachable,
     };
-    let work = async {
-        let tcp = TcpStream::connect(addr)
-            .await
-            .map_err(|e| err(e.to_string()))?;
-        let _ = tcp.set_nodelay(true);
-        match tls {
-            None => Ok(UpstreamStream::Plain(tcp)),
-            Some(t) => t
-                .connect(tcp)
-                .await
-                .map(|s| UpstreamStream::Tls(Box::new(s)))
-                .map_err(|e| err(format!("internal TLS: {e}"))),
-        }
-    };
-    tokio::time::timeout(timeout, work)
+    let deadline = tokio::time::Instant::now() + timeout;
+    let tcp = tokio::time::timeout_at(deadline, TcpStream::connect(addr))
         .await
-        .map_err(|_| err(format!("no connection within {timeout:?}")))?
+        .map_err(|_| err(format!("no connection within {timeout:?}"), true))?
+        .map_err(|e| err(e.to_string(), true))?;
+    let _ = tcp.set_nodelay(true);
+    match tls {
+        None => Ok(UpstreamStream::Plain(tcp)),
+        Some(t) => tokio::time::timeout_at(deadline, t.connect(tcp))
+            .await
+            .map_err(|_| err(format!("no TLS handshake within {timeout:?}"), false))?
+            .map(|s| UpstreamStream::Tls(Box::new(s)))
+            .map_err(|e| err(format!("internal TLS: {e}"), false)),
+    }
 }
 
 /// What the backend said first, and anything it sent after that line in

@@ -62,6 +62,7 @@ pub mod route;
 mod settings;
 pub mod submission;
 pub mod warden;
+pub mod xclient;
 
 pub use metrics::LoginMetrics;
 pub use settings::LoginSettings;
@@ -77,9 +78,16 @@ pub enum HopError {
     #[error("no backend: {0}")]
     Route(String),
     /// The backend could not be dialled or the internal TLS handshake
-    /// failed. Upstream fault; another backend may work.
+    /// failed. Upstream fault; another backend may work. `unreachable`:
+    /// no TCP connection at all (refused, timed out) — what a login
+    /// reports to the director (BACKEND-UNREACHABLE); a failed TLS
+    /// handshake is a configuration fault and is not reported.
     #[error("cannot reach backend {addr}: {message}")]
-    Connect { addr: String, message: String },
+    Connect {
+        addr: String,
+        message: String,
+        unreachable: bool,
+    },
     /// The backend closed, timed out or sent garbage instead of its first
     /// line. Upstream fault; the token is spent, the client must log in
     /// again.

@@ -56,7 +56,7 @@ impl ListenContext {
             );
         }
         let addr = listener.local_addr();
-        self.health.add_ready_check(listener.ready_check());
+        listener.register_health(&self.health);
         let handle = Arc::new(handle);
         let service_name = name.to_string();
         let timeout = self.handshake_timeout;

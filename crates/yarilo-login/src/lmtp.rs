@@ -1,25 +1,36 @@
 //! `lmtp-login`: an LMTP (RFC 2033) proxy in front of `yarilo lmtp`
 //! backends. There are no credentials: each RCPT is looked up in the
-//! userdb (auth service `lookup_user`, `service=lmtp`, the
-//! `lmtp.recipient_delimiter` detail stripped as the backend does) and
-//! routed like a login (`login.lmtp.backend_addr` or a director LOOKUP
-//! with the user's `director_tag`).
+//! userdb (auth service `lookup_delivery`, `service=lmtp`, the
+//! `lmtp.recipient_delimiter` detail stripped as the backend does), which
+//! also issues a single-use token for that delivery, and routed like a
+//! login (`login.lmtp.backend_addr` or a director LOOKUP with the user's
+//! `director_tag`).
 //!
-//! Per backend the proxy opens one LMTP connection at the first RCPT
-//! routed to it: LHLO, `XCLIENT ADDR=<client ip>` when the backend offers
-//! XCLIENT (it trusts `general.xclient.trusted_nets`), MAIL FROM as the
-//! client sent it, then each RCPT; the backend's RCPT reply is the
-//! client's. At DATA the body is read once (bounded by
-//! `lmtp.max_message_size`, 64 MiB when that is 0), sent to each backend
-//! in turn, and the per-recipient replies are returned in RCPT order
+//! Per recipient (deployment seed: "warden CONNECT per recipient, SESSION
+//! token, preamble fan-out"):
+//! 1. warden `DELIVERY_START <id> <user>` (with `warden_client.enabled`):
+//!    a user at `max_deliveries_per_user` concurrent deliveries gets
+//!    451 4.7.0 for that recipient only;
+//! 2. one connection to the recipient's backend, opened with the `YARILO`
+//!    preamble (`ADDR` the client, `SESSION` the delivery id, `USER`,
+//!    `TOKEN`) — the backend VERIFYs it before it greets; then LHLO, MAIL
+//!    FROM as the client sent it, and the RCPT, whose reply is the
+//!    client's. A backend the director named that takes no connection is
+//!    reported (BACKEND-UNREACHABLE).
+//!
+//! At DATA the body is read once (bounded by `lmtp.max_message_size`,
+//! 64 MiB when that is 0), sent to every recipient's backend connection in
+//! parallel, and the per-recipient replies are returned in RCPT order
 //! (RFC 2033 §4.2). A backend that breaks answers 451 4.4.0 for its own
-//! recipients only.
+//! recipient only. The connections (and warden's counts) end with the
+//! transaction.
 //!
-//! Extensions offered: PIPELINING, ENHANCEDSTATUSCODES, 8BITMIME, SIZE.
-//! Not offered: CHUNKING (BDAT), SMTPUTF8, XCLIENT towards lmtp-login.
+//! Extensions offered: PIPELINING, ENHANCEDSTATUSCODES, 8BITMIME, SIZE,
+//! and XCLIENT ADDR to peers in `general.xclient.trusted_nets` when the
+//! listener has `xclient_protocol` (with `general.xclient.enabled`).
+//! Not offered: CHUNKING (BDAT), SMTPUTF8.
 
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use prometheus_client::registry::Registry;
@@ -30,11 +41,15 @@ use yarilo_smtp::address::strip_detail;
 use yarilo_smtp::command::{self, Command, Param};
 use yarilo_smtp::reply::{EnhancedCode, Reply, ReplyParser};
 use yarilo_tls::internal::InternalTls;
+use yarilo_wire::Preamble;
 
 use crate::handoff::session_id;
 use crate::hop::{dial, UpstreamStream};
 use crate::lines::{Line, LineConn, LineError};
+use crate::preamble::HopPreamble;
 use crate::route::Router;
+use crate::warden::{DeliveryGuard, LoginWarden, WardenRefusal};
+use crate::xclient::XclientPolicy;
 use crate::{LoginMetrics, LoginSettings};
 
 const PROTO: &str = "lmtp";
@@ -51,16 +66,21 @@ pub struct LmtpLoginServer {
     hop_tls: Option<InternalTls>,
     /// `lmtp.recipient_delimiter`.
     delimiter: String,
+    warden: LoginWarden,
+    xclient: XclientPolicy,
     metrics: LoginMetrics,
 }
 
 impl LmtpLoginServer {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         settings: LoginSettings,
         auth: AuthHandle,
         router: Router,
         hop_tls: Option<InternalTls>,
         delimiter: String,
+        warden: LoginWarden,
+        xclient: XclientPolicy,
         registry: &mut Registry,
     ) -> Arc<LmtpLoginServer> {
         Arc::new(LmtpLoginServer {
@@ -69,6 +89,8 @@ impl LmtpLoginServer {
             router,
             hop_tls,
             delimiter,
+            warden,
+            xclient,
             metrics: LoginMetrics::register(registry),
         })
     }
@@ -77,18 +99,18 @@ impl LmtpLoginServer {
     pub async fn handle(self: Arc<Self>, conn: ClientConn) {
         let id = session_id();
         let span = tracing::info_span!("lmtp-login", session = %id, ip = %conn.peer.ip());
+        let xclient = self.xclient.allows(&conn.service, conn.peer.ip());
         let mut s = Session {
             conn: LineConn::new(
                 conn.stream,
                 self.settings.max_line,
                 self.settings.login_timeout,
             ),
-            peer: conn.peer,
+            client_ip: conn.peer.ip(),
+            xclient,
             helo: None,
             mail: None,
-            rcpts: Vec::new(),
-            backends: Vec::new(),
-            by_addr: HashMap::new(),
+            deliveries: Vec::new(),
             bad: 0,
             server: self,
         };
@@ -107,10 +129,14 @@ impl LmtpLoginServer {
 struct Upstream {
     addr: String,
     conn: LineConn<UpstreamStream>,
-    /// Accepted recipients on this backend, in order.
-    accepted: usize,
-    /// The connection broke: its recipients get 451.
+    /// The connection broke: its recipient gets 451.
     broken: bool,
+}
+
+/// One accepted recipient: its backend connection and its warden count.
+struct Delivery {
+    up: Upstream,
+    _guard: DeliveryGuard,
 }
 
 impl Upstream {
@@ -147,25 +173,17 @@ enum Step {
 struct Session {
     server: Arc<LmtpLoginServer>,
     conn: LineConn<MailStream>,
-    peer: SocketAddr,
+    /// The real client: the TCP peer, or what a trusted peer's XCLIENT
+    /// said.
+    client_ip: IpAddr,
+    /// The peer may send XCLIENT.
+    xclient: bool,
     helo: Option<String>,
     /// The client's MAIL command, forwarded as sent.
     mail: Option<String>,
-    /// Accepted recipients in order: index into `backends`.
-    rcpts: Vec<usize>,
-    backends: Vec<Upstream>,
-    by_addr: HashMap<String, usize>,
+    /// Accepted recipients in RCPT order.
+    deliveries: Vec<Delivery>,
     bad: u32,
-}
-
-fn xclient_addr(ip: IpAddr) -> String {
-    match ip {
-        IpAddr::V4(v4) => v4.to_string(),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => v4.to_string(),
-            None => format!("IPV6:{v6}"),
-        },
-    }
 }
 
 fn params_wire(params: &[Param]) -> String {
@@ -230,13 +248,16 @@ impl Session {
                 } else {
                     "SIZE".into()
                 };
-                let lines = vec![
+                let mut lines = vec![
                     s.hostname.clone(),
                     "8BITMIME".into(),
                     "ENHANCEDSTATUSCODES".into(),
                     "PIPELINING".into(),
                     size,
                 ];
+                if self.xclient {
+                    lines.push("XCLIENT ADDR".into());
+                }
                 self.send(&Reply::multi(250, lines));
                 self.helo = Some(helo);
             }
@@ -267,6 +288,10 @@ impl Session {
             }
             Command::Noop => self.send(&r(250, (2, 0, 0), "OK")),
             Command::Vrfy(_) => self.send(&r(252, (2, 3, 3), "Try RCPT instead")),
+            Command::Xclient(params) => {
+                let reply = self.xclient(&params).await;
+                self.send(&reply);
+            }
             Command::Quit => {
                 let host = &self.server.settings.hostname;
                 let reply = r(221, (2, 0, 0), format!("{host} Bye"));
@@ -281,21 +306,45 @@ impl Session {
         Ok(Step::Continue)
     }
 
-    /// Userdb lookup, routing, then the backend's own RCPT reply.
+    /// Inbound XCLIENT (earlier director seed: `XCLIENT ADDR=<ip>` →
+    /// `220 2.0.0 OK`): from a trusted peer only, outside a transaction;
+    /// the new address is the client's from here on (the preambles carry
+    /// it), and the session starts over as after a greeting (LHLO again).
+    async fn xclient(&mut self, params: &[Param]) -> Reply {
+        if !self.xclient {
+            return r(550, (5, 7, 0), "XCLIENT not permitted");
+        }
+        if self.mail.is_some() {
+            return r(503, (5, 5, 1), "XCLIENT not allowed inside a transaction");
+        }
+        match crate::xclient::smtp_addr(params) {
+            Ok(Some(ip)) => self.client_ip = ip,
+            Ok(None) => {}
+            Err(crate::xclient::BadAddr) => return r(501, (5, 5, 4), "Invalid ADDR"),
+        }
+        self.reset().await;
+        self.helo = None;
+        tracing::info!(client = %self.client_ip, "XCLIENT: client address forwarded");
+        r(220, (2, 0, 0), "OK")
+    }
+
+    /// Userdb lookup with a delivery token, warden, routing, the backend
+    /// connection with its preamble, then the backend's own RCPT reply.
     async fn rcpt(&mut self, address: &str, params: &[Param]) -> Reply {
         let Some(mail) = self.mail.clone() else {
             return r(503, (5, 5, 1), "MAIL needed first");
         };
-        if self.rcpts.len() >= self.server.settings.max_recipients {
+        if self.deliveries.len() >= self.server.settings.max_recipients {
             return r(452, (4, 5, 3), "Too many recipients");
         }
         let server = self.server.clone();
+        let id = session_id();
         let (base, detail) = strip_detail(address, &server.delimiter);
-        let found = match server.auth.lookup_user(&base, PROTO).await {
-            Ok(None) if detail.is_some() => server.auth.lookup_user(address, PROTO).await,
+        let found = match server.auth.lookup_delivery(&base, &id).await {
+            Ok(None) if detail.is_some() => server.auth.lookup_delivery(address, &id).await,
             other => other,
         };
-        let (user, fields) = match found {
+        let (user, fields, token) = match found {
             Ok(Some(x)) => x,
             Ok(None) => {
                 server.metrics.login(PROTO, "unknown_user");
@@ -312,68 +361,91 @@ impl Session {
             }
         };
         server.metrics.login(PROTO, "ok");
-        let addr = match server.router.backend_for(&user, &fields).await {
-            Ok(a) => a,
+        let guard = match server.warden.start_delivery(&id, &user).await {
+            Ok(g) => g,
+            Err(WardenRefusal::Limit(why)) => {
+                tracing::info!(user = %user, limit = why.as_str(), "delivery refused by warden");
+                return r(
+                    451,
+                    (4, 7, 0),
+                    format!(
+                        "<{address}> Too many concurrent deliveries for this user, try again later"
+                    ),
+                );
+            }
+            Err(WardenRefusal::Unavailable) => {
+                return r(
+                    451,
+                    (4, 3, 0),
+                    format!("<{address}> Temporary failure, try again later"),
+                );
+            }
+        };
+        let route = match server.router.route_for(&user, &fields).await {
+            Ok(route) => route,
             Err(e) => {
                 server.metrics.handoff(PROTO, e.label());
                 tracing::warn!(user = %user, error = %e, "no backend");
                 return r(451, (4, 4, 0), format!("<{address}> No backend available"));
             }
         };
-        let idx = match self.by_addr.get(&addr) {
-            Some(&i) => i,
-            None => match self.open_backend(&addr, &mail).await {
-                Ok(up) => {
-                    server.metrics.handoff(PROTO, "ok");
-                    self.backends.push(up);
-                    let i = self.backends.len() - 1;
-                    self.by_addr.insert(addr.clone(), i);
-                    i
-                }
-                Err((label, why)) => {
-                    server.metrics.handoff(PROTO, label);
-                    tracing::warn!(backend = %addr, error = %why, "backend unavailable");
-                    return r(451, (4, 4, 0), format!("<{address}> Backend unavailable"));
-                }
+        let hop = HopPreamble {
+            preamble: Preamble {
+                addr: self.client_ip,
+                session: id,
+                user: user.clone(),
+                token,
             },
+            tag: None,
+            helo: None,
         };
-        let Some(up) = self.backends.get_mut(idx) else {
-            return r(451, (4, 3, 0), "Internal error");
+        let mut up = match self.open_backend(&route, &hop, &mail).await {
+            Ok(up) => up,
+            Err((label, why)) => {
+                server.metrics.handoff(PROTO, label);
+                tracing::warn!(backend = %route.addr, user = %user, error = %why, "backend unavailable");
+                return r(451, (4, 4, 0), format!("<{address}> Backend unavailable"));
+            }
         };
-        if up.broken {
-            return r(451, (4, 4, 0), format!("<{address}> Backend unavailable"));
-        }
         let line = format!("RCPT TO:<{address}>{}", params_wire(params));
         match up.command(&line).await {
             Ok(reply) => {
                 if reply.is_positive() {
-                    up.accepted += 1;
-                    self.rcpts.push(idx);
+                    server.metrics.handoff(PROTO, "ok");
+                    self.deliveries.push(Delivery { up, _guard: guard });
+                } else {
+                    server.metrics.handoff(PROTO, "refused");
+                    close(up).await;
                 }
                 reply
             }
             Err(e) => {
-                up.broken = true;
+                server.metrics.handoff(PROTO, "no_answer");
                 tracing::warn!(backend = %up.addr, error = %e, "backend failed at RCPT");
                 r(451, (4, 4, 0), format!("<{address}> Backend unavailable"))
             }
         }
     }
 
-    /// Dial, LHLO, XCLIENT, MAIL. Errors carry the hand-off label.
+    /// Dial, preamble, greeting, LHLO, MAIL. Errors carry the hand-off
+    /// label.
     async fn open_backend(
         &self,
-        addr: &str,
+        route: &crate::route::Route,
+        hop: &HopPreamble,
         mail: &str,
     ) -> Result<Upstream, (&'static str, String)> {
         let s = &self.server.settings;
+        let addr = &route.addr;
         let stream = dial(addr, self.server.hop_tls.as_ref(), s.connect_timeout)
             .await
-            .map_err(|e| (e.label(), e.to_string()))?;
+            .map_err(|e| {
+                route.report_if_unreachable(&e);
+                (e.label(), e.to_string())
+            })?;
         let mut up = Upstream {
             addr: addr.to_string(),
             conn: LineConn::new(stream, 16 * 1024, s.backend_answer_timeout),
-            accepted: 0,
             broken: false,
         };
         let expect = |reply: Result<Reply, String>, what: &str| match reply {
@@ -381,18 +453,14 @@ impl Session {
             Ok(r) => Err(("refused", format!("{what}: {r}"))),
             Err(e) => Err(("no_answer", format!("{what}: {e}"))),
         };
+        // The preamble alone; the backend VERIFYs it, then greets.
+        up.conn.queue(hop.encode().as_bytes());
+        up.conn
+            .flush()
+            .await
+            .map_err(|e| ("no_answer", format!("preamble: {e}")))?;
         expect(up.read_reply().await, "greeting")?;
-        let lhlo = expect(up.command(&format!("LHLO {}", s.hostname)).await, "LHLO")?;
-        let offers_xclient = lhlo
-            .lines
-            .iter()
-            .any(|l| l.split_whitespace().next() == Some("XCLIENT"));
-        if offers_xclient {
-            let line = format!("XCLIENT ADDR={}", xclient_addr(self.peer.ip()));
-            expect(up.command(&line).await, "XCLIENT")?;
-        } else {
-            tracing::warn!(backend = %addr, "backend does not offer XCLIENT to this proxy; it sees the proxy's address");
-        }
+        expect(up.command(&format!("LHLO {}", s.hostname)).await, "LHLO")?;
         expect(up.command(mail).await, "MAIL")?;
         Ok(up)
     }
@@ -402,7 +470,7 @@ impl Session {
             self.send(&r(503, (5, 5, 1), "MAIL needed first"));
             return Ok(self.bad());
         }
-        if self.rcpts.is_empty() {
+        if self.deliveries.is_empty() {
             self.send(&r(503, (5, 5, 1), "No valid recipients"));
             return Ok(self.bad());
         }
@@ -422,7 +490,7 @@ impl Session {
         };
         let replies = if too_big {
             let reply = r(552, (5, 3, 4), "Message too big for system");
-            vec![reply; self.rcpts.len()]
+            vec![reply; self.deliveries.len()]
         } else {
             self.fan_out(&body).await
         };
@@ -433,39 +501,30 @@ impl Session {
         Ok(Step::Continue)
     }
 
-    /// DATA on every backend in turn; the replies in RCPT order.
+    /// DATA on every recipient's backend connection at once; the replies
+    /// in RCPT order.
     async fn fan_out(&mut self, body: &[u8]) -> Vec<Reply> {
-        let mut per_backend: Vec<std::collections::VecDeque<Reply>> = Vec::new();
-        for up in &mut self.backends {
-            let mut replies = std::collections::VecDeque::new();
-            if up.accepted > 0 && !up.broken {
-                match deliver(up, body).await {
-                    Ok(v) => replies.extend(v),
-                    Err(e) => {
-                        up.broken = true;
-                        tracing::warn!(backend = %up.addr, error = %e, "backend failed at DATA");
-                    }
+        let sends = self.deliveries.iter_mut().map(|d| async move {
+            if d.up.broken {
+                return r(451, (4, 4, 0), "Backend unavailable, try again later");
+            }
+            match deliver(&mut d.up, body).await {
+                Ok(reply) => reply,
+                Err(e) => {
+                    d.up.broken = true;
+                    tracing::warn!(backend = %d.up.addr, error = %e, "backend failed at DATA");
+                    r(451, (4, 4, 0), "Backend unavailable, try again later")
                 }
             }
-            per_backend.push(replies);
-        }
-        self.rcpts
-            .iter()
-            .map(|&i| {
-                per_backend
-                    .get_mut(i)
-                    .and_then(|q| q.pop_front())
-                    .unwrap_or_else(|| r(451, (4, 4, 0), "Backend unavailable, try again later"))
-            })
-            .collect()
+        });
+        futures::future::join_all(sends).await
     }
 
-    /// After DATA or RSET: the backends are closed (a new transaction
-    /// may route elsewhere).
+    /// After DATA or RSET: the backend connections are closed (a new
+    /// transaction routes anew) and warden's counts released.
     async fn end_transaction(&mut self) {
         self.close_backends().await;
         self.mail = None;
-        self.rcpts.clear();
     }
 
     async fn reset(&mut self) {
@@ -473,27 +532,26 @@ impl Session {
     }
 
     async fn close_backends(&mut self) {
-        for mut up in self.backends.drain(..) {
-            if !up.broken {
-                let _ = up.command("QUIT").await;
-            }
-        }
-        self.by_addr.clear();
+        let all = std::mem::take(&mut self.deliveries);
+        futures::future::join_all(all.into_iter().map(|d| close(d.up))).await;
     }
 }
 
-/// DATA, the body, and one reply per accepted recipient.
-async fn deliver(up: &mut Upstream, body: &[u8]) -> Result<Vec<Reply>, String> {
+/// QUIT on a connection that still works.
+async fn close(mut up: Upstream) {
+    if !up.broken {
+        let _ = up.command("QUIT").await;
+    }
+}
+
+/// DATA, the body, and the recipient's reply.
+async fn deliver(up: &mut Upstream, body: &[u8]) -> Result<Reply, String> {
     let go = up.command("DATA").await?;
     if go.code != 354 {
-        return Ok(vec![go; up.accepted]);
+        return Ok(go);
     }
     up.conn.queue(body);
     up.conn.queue(b".\r\n");
     up.conn.flush().await.map_err(|e| e.to_string())?;
-    let mut replies = Vec::with_capacity(up.accepted);
-    for _ in 0..up.accepted {
-        replies.push(up.read_reply().await?);
-    }
-    Ok(replies)
+    up.read_reply().await
 }

@@ -3,6 +3,16 @@
 //! the director at `director_addr` (`LOOKUP <user> <tag> <proto>` →
 //! `OK <ip> <port>`). `backend_addr` wins when both are set.
 //!
+//! The tag of a LOOKUP is the user's `director_tag` field from passdb or
+//! userdb when it has a non-empty one, else `login.<proto>.director_tag`
+//! (director seed, "Tag sharding models"). The port dialled is
+//! `login.<proto>.backend_port` when set, else the LOOKUP's port when it
+//! gives one, else this login's own protocol port (`services.<proto>.port`):
+//! a self-registered pod's port is nominal, so the director answers 0 for
+//! it. The wait for the LOOKUP's answer is `login.lookup_timeout_ms`
+//! (longer than the director's confirmed-kill hold), the dial and VERSION
+//! exchange before it `login.connect_timeout_ms`.
+//!
 //! A director-routed login process also keeps one standing connection to
 //! the director ([`Router::with_director_sessions`],
 //! [`crate::director_link`]) that reports the piped sessions and carries
@@ -30,12 +40,19 @@ pub struct Router {
     target: RouteTarget,
     /// Replaces the port a LOOKUP returns (0: keep it).
     backend_port: u16,
-    /// Tag pool for LOOKUPs; empty: the user's `director_tag` field.
+    /// This login's own protocol port: dialled when the LOOKUP's port is
+    /// 0 (a registered pod) and `backend_port` is 0.
+    protocol_port: u16,
+    /// Tag pool for users without a `director_tag` field.
     director_tag: String,
     /// `imap`, `pop3`, … (the LOOKUP's proto field).
     proto: &'static str,
     tls: Option<InternalTls>,
+    /// Dial + VERSION exchange with the director.
     timeout: Duration,
+    /// The director's answer to a LOOKUP (it may hold it while a moved
+    /// user's old sessions close).
+    lookup_timeout: Duration,
     /// Session reports and kicks (director routing only; not for LMTP).
     sessions: Option<DirectorLink>,
 }
@@ -50,6 +67,23 @@ pub struct Route {
     pub director: Option<DirectorRoute>,
 }
 
+impl Route {
+    /// After a failed dial of this route's backend: a director-chosen
+    /// backend that took no TCP connection is reported to the director
+    /// (BACKEND-UNREACHABLE, deduplicated by the link).
+    pub fn report_if_unreachable(&self, e: &HopError) {
+        if let (
+            HopError::Connect {
+                unreachable: true, ..
+            },
+            Some(d),
+        ) = (e, &self.director)
+        {
+            d.link.report_unreachable(d.backend);
+        }
+    }
+}
+
 /// A director's choice, for SESSION-OPEN.
 #[derive(Debug, Clone)]
 pub struct DirectorRoute {
@@ -60,11 +94,14 @@ pub struct DirectorRoute {
 
 impl Router {
     /// From `login.<proto>`; `key` names it in errors. Fails when neither
-    /// `backend_addr` nor `director_addr` is set.
+    /// `backend_addr` nor `director_addr` is set. `protocol_port` is the
+    /// login's `services.<proto>.port`; the LOOKUP wait defaults to 35 s
+    /// ([`Router::with_lookup_timeout`]).
     pub fn from_config(
         route: &LoginRoute,
         key: &str,
         proto: &'static str,
+        protocol_port: u16,
         tls: Option<InternalTls>,
         timeout: Duration,
     ) -> Result<Router, yarilo_config::ConfigError> {
@@ -78,12 +115,40 @@ impl Router {
         Ok(Router {
             target,
             backend_port: route.backend_port,
+            protocol_port,
             director_tag: route.director_tag.clone(),
             proto,
             tls,
             timeout,
+            lookup_timeout: Duration::from_millis(
+                yarilo_config::Login::default().lookup_timeout_ms,
+            ),
             sessions: None,
         })
+    }
+
+    /// Sets the wait for a LOOKUP's answer (`login.lookup_timeout_ms`).
+    pub fn with_lookup_timeout(mut self, lookup_timeout: Duration) -> Router {
+        self.lookup_timeout = lookup_timeout;
+        self
+    }
+
+    /// The tag of `fields`' user: its own non-empty `director_tag`, else
+    /// this login's static one.
+    fn tag_for<'a>(&'a self, fields: &'a ExtraFields) -> &'a str {
+        match fields.get("director_tag") {
+            Some(t) if !t.is_empty() => t,
+            _ => self.director_tag.as_str(),
+        }
+    }
+
+    /// The port to dial on a LOOKUP's backend.
+    fn port_for(&self, looked_up: u16) -> u16 {
+        match (self.backend_port, looked_up) {
+            (0, 0) => self.protocol_port,
+            (0, p) => p,
+            (p, _) => p,
+        }
     }
 
     /// With director routing, starts the process's director connection
@@ -116,29 +181,18 @@ impl Router {
                 director: None,
             }),
             RouteTarget::Director(director) => {
-                let tag = if self.director_tag.is_empty() {
-                    fields.get("director_tag").unwrap_or_default()
-                } else {
-                    self.director_tag.as_str()
-                };
-                let (ip, port) = tokio::time::timeout(
+                let tag = self.tag_for(fields);
+                let (ip, port) = lookup(
+                    director,
+                    self.tls.as_ref(),
                     self.timeout,
-                    lookup(
-                        director,
-                        self.tls.as_ref(),
-                        self.timeout,
-                        user,
-                        tag,
-                        self.proto,
-                    ),
+                    self.lookup_timeout,
+                    user,
+                    tag,
+                    self.proto,
                 )
-                .await
-                .map_err(|_| HopError::Route(format!("director {director} did not answer")))??;
-                let port = if self.backend_port != 0 {
-                    self.backend_port
-                } else {
-                    port
-                };
+                .await?;
+                let port = self.port_for(port);
                 let addr = match ip {
                     std::net::IpAddr::V6(v6) => format!("[{v6}]:{port}"),
                     v4 => format!("{v4}:{port}"),
@@ -156,38 +210,47 @@ impl Router {
     }
 }
 
-/// One LOOKUP on a fresh connection.
+/// One LOOKUP on a fresh connection: dial and VERSION within `timeout`,
+/// the answer within `lookup_timeout`.
 async fn lookup(
     director: &str,
     tls: Option<&InternalTls>,
     timeout: Duration,
+    lookup_timeout: Duration,
     user: &str,
     tag: &str,
     proto: &str,
 ) -> Result<(std::net::IpAddr, u16), HopError> {
     let route_err = |m: String| HopError::Route(format!("director {director}: {m}"));
-    let mut s = dial_director(director, tls, timeout, MAX_REPLY)
+    let mut s = tokio::time::timeout(timeout, dial_director(director, tls, timeout, MAX_REPLY))
         .await
+        .map_err(|_| route_err(format!("no connection within {timeout:?}")))?
         .map_err(route_err)?;
-    s.write_all(join_line(&["LOOKUP", user, tag, proto]).as_bytes())
+    let exchange = async {
+        s.write_all(join_line(&["LOOKUP", user, tag, proto]).as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut line = Vec::with_capacity(64);
+        let mut b = [0u8; 256];
+        loop {
+            let n = s.read(&mut b).await.map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Err("closed".to_string());
+            }
+            line.extend_from_slice(b.get(..n).unwrap_or_default());
+            if let Some(pos) = line.iter().position(|&c| c == b'\n') {
+                line.truncate(pos);
+                return Ok(line);
+            }
+            if line.len() > MAX_REPLY {
+                return Err("reply too long".to_string());
+            }
+        }
+    };
+    let line = tokio::time::timeout(lookup_timeout, exchange)
         .await
-        .map_err(|e| route_err(e.to_string()))?;
-    let mut line = Vec::with_capacity(64);
-    let mut b = [0u8; 256];
-    loop {
-        let n = s.read(&mut b).await.map_err(|e| route_err(e.to_string()))?;
-        if n == 0 {
-            return Err(route_err("closed".into()));
-        }
-        line.extend_from_slice(b.get(..n).unwrap_or_default());
-        if let Some(pos) = line.iter().position(|&c| c == b'\n') {
-            line.truncate(pos);
-            break;
-        }
-        if line.len() > MAX_REPLY {
-            return Err(route_err("reply too long".into()));
-        }
-    }
+        .map_err(|_| route_err(format!("no answer to LOOKUP within {lookup_timeout:?}")))?
+        .map_err(route_err)?;
     let text = String::from_utf8(line).map_err(|_| route_err("reply not UTF-8".into()))?;
     parse_lookup_reply(&text).map_err(route_err)
 }
@@ -233,6 +296,33 @@ mod tests {
     use tokio::io::AsyncBufReadExt;
 
     #[test]
+    fn a_user_tag_wins_over_the_static_one_and_nominal_ports_become_the_protocol_port() {
+        let route = LoginRoute {
+            director_addr: "dir:9102".into(),
+            director_tag: "a".into(),
+            ..Default::default()
+        };
+        let r =
+            Router::from_config(&route, "login.imap", "imap", 10143, None, Duration::ZERO).unwrap();
+        let mut fields = ExtraFields::new();
+        assert_eq!(r.tag_for(&fields), "a");
+        fields.set("director_tag", "");
+        assert_eq!(r.tag_for(&fields), "a", "an empty field falls back");
+        fields.set("director_tag", "b");
+        assert_eq!(r.tag_for(&fields), "b");
+        assert_eq!(r.port_for(0), 10143);
+        assert_eq!(r.port_for(993), 993);
+        let route = LoginRoute {
+            backend_port: 2143,
+            ..route
+        };
+        let r =
+            Router::from_config(&route, "login.imap", "imap", 10143, None, Duration::ZERO).unwrap();
+        assert_eq!(r.port_for(0), 2143);
+        assert_eq!(r.port_for(993), 2143);
+    }
+
+    #[test]
     fn lookup_replies_parse() {
         assert_eq!(
             parse_lookup_reply("OK\t10.0.0.7\t143").unwrap(),
@@ -267,8 +357,15 @@ mod tests {
             backend_port: 1143,
             ..Default::default()
         };
-        let r = Router::from_config(&route, "login.imap", "imap", None, Duration::from_secs(5))
-            .unwrap();
+        let r = Router::from_config(
+            &route,
+            "login.imap",
+            "imap",
+            143,
+            None,
+            Duration::from_secs(5),
+        )
+        .unwrap();
         let mut fields = ExtraFields::new();
         fields.set("director_tag", "blue");
         assert_eq!(

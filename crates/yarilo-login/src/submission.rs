@@ -61,9 +61,11 @@ pub struct SubmissionLoginServer {
     starttls: Option<TlsAcceptor>,
     metrics: LoginMetrics,
     warden: LoginWarden,
+    xclient: crate::xclient::XclientPolicy,
 }
 
 impl SubmissionLoginServer {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         settings: LoginSettings,
         auth: AuthHandle,
@@ -71,6 +73,7 @@ impl SubmissionLoginServer {
         hop_tls: Option<InternalTls>,
         starttls: Option<TlsAcceptor>,
         warden: LoginWarden,
+        xclient: crate::xclient::XclientPolicy,
         registry: &mut Registry,
     ) -> Arc<SubmissionLoginServer> {
         Arc::new(SubmissionLoginServer {
@@ -81,6 +84,7 @@ impl SubmissionLoginServer {
             starttls,
             metrics: LoginMetrics::register(registry),
             warden,
+            xclient,
         })
     }
 
@@ -89,7 +93,10 @@ impl SubmissionLoginServer {
     pub async fn handle(self: Arc<Self>, conn: ClientConn) {
         let id = session_id();
         let span = tracing::info_span!("submission-login", session = %id, ip = %conn.peer.ip());
+        let xclient = self.xclient.allows(&conn.service, conn.peer.ip());
         let mut s = Session {
+            xclient,
+            loopback: conn.peer.ip().is_loopback(),
             conn: LineConn::new(
                 conn.stream,
                 self.settings.max_line,
@@ -131,6 +138,11 @@ struct Session {
     /// Warden's count of this pre-auth connection; released at the
     /// hand-off (the session is counted instead) or when it ends.
     counted: Option<ConnectionGuard>,
+    /// The peer may forward the client address (XCLIENT).
+    xclient: bool,
+    /// The TCP peer is on loopback (a secure transport, whatever client
+    /// it forwards).
+    loopback: bool,
 }
 
 impl Session {
@@ -197,7 +209,7 @@ impl Session {
 
     /// TLS, or a loopback client (the submission service's rule).
     fn secured(&self) -> bool {
-        self.conn.stream.is_tls() || self.peer.ip().is_loopback()
+        self.conn.stream.is_tls() || self.loopback
     }
 
     async fn command(&mut self, line: &[u8]) -> Result<Step, LineError> {
@@ -237,12 +249,47 @@ impl Session {
                 self.send(&reply);
                 return Ok(Step::Close);
             }
-            Command::Lhlo(_) | Command::Xclient(_) => {
+            Command::Xclient(params) => return Ok(self.xclient(&params).await),
+            Command::Lhlo(_) => {
                 self.send(&r(500, (5, 5, 1), "Unknown command"));
                 return Ok(self.bad());
             }
         }
         Ok(Step::Continue)
+    }
+
+    /// Inbound XCLIENT (Postfix's command; the earlier director seed's
+    /// `220 2.0.0 OK`): from a trusted peer, before AUTH; the session then
+    /// starts over (EHLO again) with the forwarded client address.
+    async fn xclient(&mut self, params: &[yarilo_smtp::command::Param]) -> Step {
+        if !self.xclient {
+            self.send(&r(550, (5, 7, 0), "XCLIENT not permitted"));
+            return self.bad();
+        }
+        let ip = match crate::xclient::smtp_addr(params) {
+            Ok(ip) => ip,
+            Err(crate::xclient::BadAddr) => {
+                self.send(&r(501, (5, 5, 4), "Invalid ADDR"));
+                return self.bad();
+            }
+        };
+        if let Some(ip) = ip.filter(|ip| *ip != self.peer.ip()) {
+            tracing::info!(proxy = %self.peer.ip(), client = %ip, "client address forwarded");
+            self.peer = SocketAddr::new(ip, 0);
+            self.counted = None;
+            match self.server.warden.connect(&self.id, ip).await {
+                Ok(guard) => self.counted = Some(guard),
+                Err(why) => {
+                    tracing::info!(refusal = ?why, "forwarded client refused by warden");
+                    let reply = r(421, (4, 7, 0), "Too many connections");
+                    self.send(&reply);
+                    return Step::Close;
+                }
+            }
+        }
+        self.helo = None;
+        self.send(&r(220, (2, 0, 0), "OK"));
+        Step::Continue
     }
 
     /// The backend's extension list (yarilo-smtp's submission session)
@@ -257,6 +304,9 @@ impl Session {
             .await;
         if !mechs.is_empty() {
             lines.push(format!("AUTH {}", mechs.join(" ")));
+        }
+        if self.xclient {
+            lines.push("XCLIENT ADDR".to_string());
         }
         lines.extend([
             "CHUNKING".to_string(),

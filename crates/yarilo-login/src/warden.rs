@@ -105,8 +105,9 @@ impl Metrics {
         let m = Metrics::default();
         registry.register(
             "yarilo_login_warden_admissions",
-            "Warden admissions by stage (connect, session) and result \
-             (ok, ip_connections, penalty, user_sessions, user_ip_sessions, failopen, failclosed)",
+            "Warden admissions by stage (connect, session, delivery) and result \
+             (ok, ip_connections, penalty, user_sessions, user_ip_sessions, user_deliveries, \
+             failopen, failclosed)",
             m.admissions.clone(),
         );
         registry.register(
@@ -399,6 +400,47 @@ impl LoginWarden {
         let guard = SessionGuard { held };
         w.decide("session", "session_start", answer)?;
         Ok(guard)
+    }
+}
+
+impl LoginWarden {
+    /// DELIVERY_START per LMTP recipient (`lmtp-login`): may one more
+    /// delivery to `user` run now? The guard sends DELIVERY_END when
+    /// dropped.
+    pub async fn start_delivery(
+        &self,
+        id: &str,
+        user: &str,
+    ) -> Result<DeliveryGuard, WardenRefusal> {
+        let Some(w) = &self.inner else {
+            return Ok(DeliveryGuard { held: None });
+        };
+        let answer = w.client.delivery_start(id, user).await;
+        let held = match &answer {
+            Ok(Admission::Refused(_)) => None,
+            _ => Some((w.clone(), id.to_string(), user.to_string())),
+        };
+        let guard = DeliveryGuard { held };
+        w.decide("delivery", "delivery_start", answer)?;
+        Ok(guard)
+    }
+}
+
+/// One LMTP delivery warden counts; DELIVERY_END on drop.
+#[must_use = "dropping the guard ends the delivery at once"]
+pub struct DeliveryGuard {
+    held: Option<(Arc<Enabled>, String, String)>,
+}
+
+impl Drop for DeliveryGuard {
+    fn drop(&mut self) {
+        if let Some((w, id, user)) = self.held.take() {
+            spawn(async move {
+                if let Err(e) = w.client.delivery_end(&id, &user).await {
+                    w.error("delivery_end", &e);
+                }
+            });
+        }
     }
 }
 

@@ -8,14 +8,21 @@
 //!   (Redis, a database) is ever part of it, so a shared outage restarts
 //!   nothing.
 //! - `/readyz` answers 200 only when every registered readiness check
-//!   passes within its timeout.
+//!   passes within its timeout; in mail-serving components one of them is
+//!   the request-path freshness check ([`Freshness`]).
+//! - `/startupz` answers 200 only when every registered dependency check
+//!   passes (dependencies reachable before traffic); `/loadz` is the
+//!   fullest listener's connections over its limit, in percent.
 
+mod freshness;
 mod health;
 mod logging;
 mod metrics;
+pub mod profiling;
 mod server;
 mod watchdog;
 
+pub use freshness::Freshness;
 pub use health::{Health, ReadyCheck};
 pub use logging::init_logging;
 pub use metrics::Metrics;

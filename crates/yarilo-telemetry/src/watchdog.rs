@@ -127,6 +127,13 @@ impl Watchdog {
         })
     }
 
+    /// The process-local gate every self-check enters (the readiness
+    /// freshness check enters it too, so an injected deadlock shows there
+    /// first).
+    pub fn gate(&self) -> Arc<Mutex<()>> {
+        self.inner.gate.clone()
+    }
+
     /// Fault injection: takes the gate and never gives it back, as a
     /// deadlocked request path would.
     pub fn inject_deadlock(&self) {

@@ -159,18 +159,23 @@ fn san_entries(cert: &CertificateDer<'_>) -> Vec<San> {
         .collect()
 }
 
-/// The roles in a peer's leaf certificate (empty when it presented none).
+/// The roles in a peer's leaf certificate (empty when it presented none):
+/// URI SANs `yarilo-role:<role>` and DNS SANs `<role>.role.yarilo.internal`
+/// alike, each role once, in order.
 pub fn peer_roles(chain: Option<&[CertificateDer<'_>]>) -> Vec<Role> {
     let Some(leaf) = chain.and_then(|c| c.first()) else {
         return Vec::new();
     };
-    san_entries(leaf)
+    let mut roles: Vec<Role> = san_entries(leaf)
         .into_iter()
         .filter_map(|s| match s {
             San::Uri(u) => u.strip_prefix(ROLE_URI_PREFIX).and_then(|r| r.parse().ok()),
-            San::Dns(_) => None,
+            San::Dns(d) => Role::from_dns_name(&d),
         })
-        .collect()
+        .collect();
+    roles.sort_unstable();
+    roles.dedup();
+    roles
 }
 
 #[cfg(test)]
@@ -222,6 +227,32 @@ mod tests {
         });
         let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
         assert!(wrong.connect(tcp).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn dns_role_sans_grant_roles_like_uri_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = Authority::generate("test CA").unwrap();
+        // What cert-manager issues from the charts: DNS names only.
+        let issued = ca
+            .issue(
+                &[
+                    "yarilo-internal".into(),
+                    "director.role.yarilo.internal".into(),
+                    "Backend-Reg.Role.Yarilo.Internal".into(),
+                    "login.role.example.org".into(),
+                ],
+                &[Role::Director],
+            )
+            .unwrap();
+        let (c, _) = write_pair(dir.path(), "tls", &issued).unwrap();
+        let der = crate::load_certs(&c).unwrap();
+        assert_eq!(
+            peer_roles(Some(&der)),
+            vec![Role::BackendReg, Role::Director]
+        );
+        assert_eq!(Role::from_dns_name("nosuch.role.yarilo.internal"), None);
+        assert_eq!(Role::Fts.dns_name(), "fts.role.yarilo.internal");
     }
 
     #[tokio::test]

@@ -111,6 +111,7 @@ impl Conn {
 struct Registered {
     conns: HashMap<String, IpAddr>,
     sessions: HashMap<String, (String, IpAddr)>,
+    deliveries: HashMap<String, String>,
 }
 
 struct Inner {
@@ -191,7 +192,7 @@ impl WardenClient {
     /// replica it reaches may be new, or may have released them when the
     /// old connection closed.
     async fn replay(&self, conn: &mut Conn) -> Result<(), WardenClientError> {
-        let (conns, sessions) = {
+        let (conns, sessions, deliveries) = {
             let r = self.registered();
             (
                 r.conns
@@ -202,8 +203,15 @@ impl WardenClient {
                     .iter()
                     .map(|(k, (u, ip))| (k.clone(), u.clone(), *ip))
                     .collect::<Vec<_>>(),
+                r.deliveries
+                    .iter()
+                    .map(|(k, u)| (k.clone(), u.clone()))
+                    .collect::<Vec<_>>(),
             )
         };
+        for (id, user) in deliveries {
+            conn.call(&Request::DeliveryStart { id, user }).await?;
+        }
         for (id, ip) in conns {
             conn.call(&Request::Connect { id, ip }).await?;
         }
@@ -268,6 +276,45 @@ impl WardenClient {
             Ok(other) => Err(WardenClientError::Protocol(format!("{other:?}"))),
             Err(e) => self.fail_open(e),
         }
+    }
+
+    /// An LMTP delivery to `user` starts (per recipient, `lmtp-login`).
+    pub async fn delivery_start(
+        &self,
+        id: &str,
+        user: &str,
+    ) -> Result<Admission, WardenClientError> {
+        let req = Request::DeliveryStart {
+            id: id.to_string(),
+            user: user.to_string(),
+        };
+        match self.request(&req).await {
+            Ok(Reply::Ok(_)) => {
+                self.registered()
+                    .deliveries
+                    .insert(id.to_string(), user.to_string());
+                Ok(Admission::Admitted { penalty: 0 })
+            }
+            Ok(Reply::Refused(why)) => Ok(Admission::Refused(why)),
+            Ok(other) => Err(WardenClientError::Protocol(format!("{other:?}"))),
+            Err(e) => {
+                self.registered()
+                    .deliveries
+                    .insert(id.to_string(), user.to_string());
+                self.fail_open(e)
+            }
+        }
+    }
+
+    /// The delivery `id` ended.
+    pub async fn delivery_end(&self, id: &str, user: &str) -> Result<(), WardenClientError> {
+        self.registered().deliveries.remove(id);
+        self.expect_ok(&Request::DeliveryEnd {
+            id: id.to_string(),
+            user: user.to_string(),
+        })
+        .await
+        .map(|_| ())
     }
 
     /// A backend session for `user` from `ip` started.

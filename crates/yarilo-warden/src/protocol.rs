@@ -14,12 +14,18 @@
 //! AUTH_OK\t<ip>                          OK
 //! PENALTY\t<ip>                          OK\t<failures>
 //! SESSIONS\t<user>                       OK\t<count>
+//! DELIVERY_START\t<id>\t<user>           OK | REFUSED\tuser_deliveries
+//! DELIVERY_END\t<id>\t<user>             OK
 //! EMIT\t<user>\t<reason>                 OK            (kick bus)
 //! SUBSCRIBE                              OK, then KICK\t<user>\t<reason> lines
 //! ```
 //!
 //! `<why>` is one of `ip_connections`, `user_sessions`, `user_ip_sessions`,
-//! `penalty`. A bad request is answered `ERROR\t<text>` and the connection
+//! `penalty`, `user_deliveries`. `DELIVERY_START`/`END` are what
+//! `lmtp-login` sends per recipient (the deployment seed's "CONNECT /
+//! DISCONNECT per recipient"): concurrent deliveries per user, limited by
+//! `warden_service.limits.max_deliveries_per_user`, counted apart from
+//! mail sessions. A bad request is answered `ERROR\t<text>` and the connection
 //! goes on. Connections and sessions a client registered are released when
 //! its connection closes, so a crashed login or session process leaves no
 //! stale count behind.
@@ -71,6 +77,14 @@ pub enum Request {
     Sessions {
         user: String,
     },
+    DeliveryStart {
+        id: String,
+        user: String,
+    },
+    DeliveryEnd {
+        id: String,
+        user: String,
+    },
     Emit {
         user: String,
         reason: String,
@@ -85,6 +99,7 @@ pub enum Refusal {
     UserSessions,
     UserIpSessions,
     Penalty,
+    UserDeliveries,
 }
 
 impl Refusal {
@@ -94,6 +109,7 @@ impl Refusal {
             Refusal::UserSessions => "user_sessions",
             Refusal::UserIpSessions => "user_ip_sessions",
             Refusal::Penalty => "penalty",
+            Refusal::UserDeliveries => "user_deliveries",
         }
     }
 
@@ -103,6 +119,7 @@ impl Refusal {
             "user_sessions" => Refusal::UserSessions,
             "user_ip_sessions" => Refusal::UserIpSessions,
             "penalty" => Refusal::Penalty,
+            "user_deliveries" => Refusal::UserDeliveries,
             _ => return None,
         })
     }
@@ -128,6 +145,8 @@ impl Request {
             Request::AuthOk { .. } => "AUTH_OK",
             Request::Penalty { .. } => "PENALTY",
             Request::Sessions { .. } => "SESSIONS",
+            Request::DeliveryStart { .. } => "DELIVERY_START",
+            Request::DeliveryEnd { .. } => "DELIVERY_END",
             Request::Emit { .. } => "EMIT",
             Request::Subscribe => "SUBSCRIBE",
         }
@@ -181,6 +200,14 @@ impl Request {
             ("SESSIONS", [u]) => Request::Sessions {
                 user: nonempty(u, "user")?,
             },
+            ("DELIVERY_START", [id, u]) => Request::DeliveryStart {
+                id: nonempty(id, "id")?,
+                user: nonempty(u, "user")?,
+            },
+            ("DELIVERY_END", [id, u]) => Request::DeliveryEnd {
+                id: nonempty(id, "id")?,
+                user: nonempty(u, "user")?,
+            },
             ("EMIT", [u, r]) => Request::Emit {
                 user: nonempty(u, "user")?,
                 reason: r.clone(),
@@ -188,7 +215,8 @@ impl Request {
             ("SUBSCRIBE", []) => Request::Subscribe,
             (
                 "CONNECT" | "DISCONNECT" | "CHECK" | "SESSION_START" | "SESSION_END" | "AUTH_FAIL"
-                | "AUTH_OK" | "PENALTY" | "SESSIONS" | "EMIT" | "SUBSCRIBE",
+                | "AUTH_OK" | "PENALTY" | "SESSIONS" | "EMIT" | "SUBSCRIBE" | "DELIVERY_START"
+                | "DELIVERY_END",
                 _,
             ) => return Err(format!("wrong number of arguments for {cmd}")),
             _ => return Err(format!("unknown command {cmd:?}")),
@@ -211,6 +239,10 @@ impl Request {
             Request::AuthOk { ip } => vec![s("AUTH_OK"), ip.to_string()],
             Request::Penalty { ip } => vec![s("PENALTY"), ip.to_string()],
             Request::Sessions { user } => vec![s("SESSIONS"), user.clone()],
+            Request::DeliveryStart { id, user } => {
+                vec![s("DELIVERY_START"), id.clone(), user.clone()]
+            }
+            Request::DeliveryEnd { id, user } => vec![s("DELIVERY_END"), id.clone(), user.clone()],
             Request::Emit { user, reason } => vec![s("EMIT"), user.clone(), reason.clone()],
             Request::Subscribe => vec![s("SUBSCRIBE")],
         }

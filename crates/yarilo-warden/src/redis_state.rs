@@ -231,7 +231,11 @@ impl RedisState {
     /// of adjustments made (dead entries dropped + counters corrected).
     pub async fn reconcile(&self) -> Result<u64, StateError> {
         let mut total = 0u64;
-        for (kind, counter) in [("sess", "sesscount"), ("conn", "conncount")] {
+        for (kind, counter) in [
+            ("sess", "sesscount"),
+            ("conn", "conncount"),
+            ("dlv", "dlvcount"),
+        ] {
             let pattern = format!("{}{kind}:*", self.prefix);
             let mut cursor: u64 = 0;
             loop {
@@ -359,6 +363,49 @@ impl WardenState for RedisState {
     ) -> BoxFuture<'a, Result<(), StateError>> {
         Box::pin(async move {
             let (hash, count) = (self.key("sess", user), self.key("sesscount", user));
+            let mut inv = self.scripts.release.key(&hash);
+            inv.key(&count).arg(id);
+            self.conn.script::<i64>(&inv).await.map_err(err)?;
+            Ok(())
+        })
+    }
+
+    fn delivery_start<'a>(
+        &'a self,
+        id: &'a str,
+        user: &'a str,
+        limits: &'a WardenLimits,
+    ) -> BoxFuture<'a, Result<Admit, StateError>> {
+        Box::pin(async move {
+            // The connection script with a per-user key and no penalty.
+            let (hash, count, pen) = (
+                self.key("dlv", user),
+                self.key("dlvcount", user),
+                self.key("penalty", "-"),
+            );
+            let mut inv = self.scripts.connect.key(&hash);
+            inv.key(&count)
+                .key(&pen)
+                .arg(id)
+                .arg(&self.replica)
+                .arg(limits.max_deliveries_per_user)
+                .arg(0);
+            let r: i64 = self.conn.script(&inv).await.map_err(err)?;
+            Ok(if r == 1 {
+                Admit::Yes
+            } else {
+                Admit::No(Refusal::UserDeliveries)
+            })
+        })
+    }
+
+    fn delivery_end<'a>(
+        &'a self,
+        id: &'a str,
+        user: &'a str,
+    ) -> BoxFuture<'a, Result<(), StateError>> {
+        Box::pin(async move {
+            let (hash, count) = (self.key("dlv", user), self.key("dlvcount", user));
             let mut inv = self.scripts.release.key(&hash);
             inv.key(&count).arg(id);
             self.conn.script::<i64>(&inv).await.map_err(err)?;

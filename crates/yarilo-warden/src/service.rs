@@ -275,6 +275,7 @@ async fn reconcile_loop(st: RedisState, every: Duration, metrics: WardenMetrics)
 struct Registrations {
     conns: HashMap<String, IpAddr>,
     sessions: HashMap<String, (String, IpAddr)>,
+    deliveries: HashMap<String, String>,
 }
 
 async fn serve_connection<S>(stream: S, shared: Arc<Shared>, mut stop: watch::Receiver<bool>)
@@ -359,6 +360,11 @@ async fn release_all(regs: Registrations, shared: &Shared) {
     for (id, ip) in regs.conns {
         if shared.state.disconnect(&id, ip).await.is_err() {
             shared.metrics.redis_error("disconnect");
+        }
+    }
+    for (id, user) in regs.deliveries {
+        if shared.state.delivery_end(&id, &user).await.is_err() {
+            shared.metrics.redis_error("delivery_end");
         }
     }
     for (id, (user, ip)) in regs.sessions {
@@ -474,6 +480,26 @@ async fn handle(req: Request, shared: &Shared, regs: &mut Registrations) -> Repl
                 Reply::Error(format!("unavailable: {e}"))
             }
         },
+        Request::DeliveryStart { id, user } => match st.delivery_start(&id, &user, limits).await {
+            Ok(Admit::Yes) => {
+                regs.deliveries.insert(id, user);
+                Reply::Ok(None)
+            }
+            Ok(Admit::No(why)) => Reply::Refused(why),
+            Err(e) => {
+                m.redis_error("delivery_start");
+                tracing::warn!(error = %e, "DELIVERY_START admitted without state (fail-open)");
+                Reply::Ok(None)
+            }
+        },
+        Request::DeliveryEnd { id, user } => {
+            regs.deliveries.remove(&id);
+            if let Err(e) = st.delivery_end(&id, &user).await {
+                m.redis_error("delivery_end");
+                tracing::warn!(error = %e, "DELIVERY_END not recorded");
+            }
+            Reply::Ok(None)
+        }
         Request::Emit { user, reason } => {
             m.kick_emitted.inc();
             tracing::info!(%user, %reason, "kick emitted");

@@ -67,6 +67,19 @@ pub trait WardenState: Send + Sync + 'static {
         ip: IpAddr,
     ) -> BoxFuture<'a, Result<(), StateError>>;
     fn sessions<'a>(&'a self, user: &'a str) -> BoxFuture<'a, Result<u64, StateError>>;
+    /// One LMTP delivery to `user` starts (`lmtp-login`, per recipient):
+    /// refused at `max_deliveries_per_user` concurrent ones.
+    fn delivery_start<'a>(
+        &'a self,
+        id: &'a str,
+        user: &'a str,
+        limits: &'a WardenLimits,
+    ) -> BoxFuture<'a, Result<Admit, StateError>>;
+    fn delivery_end<'a>(
+        &'a self,
+        id: &'a str,
+        user: &'a str,
+    ) -> BoxFuture<'a, Result<(), StateError>>;
     /// Counts one auth failure; returns the failures within the TTL.
     fn auth_fail<'a>(&'a self, ip: IpAddr, ttl: Duration)
         -> BoxFuture<'a, Result<u64, StateError>>;
@@ -85,6 +98,8 @@ struct Tables {
     sessions: HashMap<String, HashMap<String, IpAddr>>,
     /// ip → (failures, expiry)
     penalty: HashMap<IpAddr, (u64, Instant)>,
+    /// user → delivery ids
+    deliveries: HashMap<String, std::collections::HashSet<String>>,
 }
 
 /// State of a single warden replica.
@@ -283,6 +298,42 @@ impl WardenState for MemoryState {
         ready(n)
     }
 
+    fn delivery_start<'a>(
+        &'a self,
+        id: &'a str,
+        user: &'a str,
+        limits: &'a WardenLimits,
+    ) -> BoxFuture<'a, Result<Admit, StateError>> {
+        let mut t = self.tables();
+        let d = t.deliveries.entry(user.to_string()).or_default();
+        if d.contains(id) {
+            return ready(Admit::Yes);
+        }
+        if over(limits.max_deliveries_per_user, d.len()) {
+            if d.is_empty() {
+                t.deliveries.remove(user);
+            }
+            return ready(Admit::No(Refusal::UserDeliveries));
+        }
+        d.insert(id.to_string());
+        ready(Admit::Yes)
+    }
+
+    fn delivery_end<'a>(
+        &'a self,
+        id: &'a str,
+        user: &'a str,
+    ) -> BoxFuture<'a, Result<(), StateError>> {
+        let mut t = self.tables();
+        if let Some(d) = t.deliveries.get_mut(user) {
+            d.remove(id);
+            if d.is_empty() {
+                t.deliveries.remove(user);
+            }
+        }
+        ready(())
+    }
+
     fn auth_fail<'a>(
         &'a self,
         ip: IpAddr,
@@ -364,7 +415,32 @@ mod tests {
             max_sessions_per_user_ip: 2,
             max_auth_failures: 2,
             penalty_ttl_s: 60,
+            max_deliveries_per_user: 2,
         }
+    }
+
+    #[tokio::test]
+    async fn deliveries_per_user_are_limited_apart_from_sessions() {
+        let s = MemoryState::new();
+        let l = limits();
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        for id in ["d1", "d2"] {
+            assert_eq!(s.delivery_start(id, "u", &l).await.unwrap(), Admit::Yes);
+        }
+        assert_eq!(
+            s.delivery_start("d1", "u", &l).await.unwrap(),
+            Admit::Yes,
+            "replay is idempotent"
+        );
+        assert_eq!(
+            s.delivery_start("d3", "u", &l).await.unwrap(),
+            Admit::No(Refusal::UserDeliveries)
+        );
+        assert_eq!(s.delivery_start("d3", "v", &l).await.unwrap(), Admit::Yes);
+        assert_eq!(s.sessions("u").await.unwrap(), 0, "not sessions");
+        assert_eq!(s.session_start("s1", "u", a, &l).await.unwrap(), Admit::Yes);
+        s.delivery_end("d1", "u").await.unwrap();
+        assert_eq!(s.delivery_start("d3", "u", &l).await.unwrap(), Admit::Yes);
     }
 
     #[tokio::test(start_paused = true)]

@@ -33,6 +33,7 @@ fn limits() -> WardenLimits {
         max_sessions_per_user_ip: 2,
         max_auth_failures: 3,
         penalty_ttl_s: 60,
+        max_deliveries_per_user: 10,
     }
 }
 

@@ -15,10 +15,11 @@
 //!   `submission-login`: the same pair for POP3 (`services.pop3`,
 //!   `pop3s`) and submission (`services.submission`, `submissions`); the
 //!   submission preamble carries the client's EHLO domain (`HELO=`).
-//! * `yarilo lmtp` / `lmtp-login`: LMTP has no credentials, so no
-//!   preamble: the proxy looks each recipient up, routes it and forwards
-//!   the client address with XCLIENT, which the backend accepts from
-//!   `general.xclient.trusted_nets` only.
+//! * `yarilo lmtp` / `lmtp-login`: LMTP has no credentials; the proxy
+//!   looks each recipient up (the auth service issuing a delivery token),
+//!   routes it and opens one backend connection per recipient with the
+//!   same `YARILO` preamble, which the backend's gate VERIFYs before it
+//!   greets.
 //!
 //! Each runs in its own process with its own configuration file (the two
 //! ends of a pair bind the same `services.<name>` key on different hosts
@@ -51,15 +52,34 @@ fn remote_auth(config: &Config) -> anyhow::Result<AuthHandle> {
     )))
 }
 
+/// A protocol backend's auth client, with its startup check (auth
+/// reachable) and the request-path freshness check (over the mail store
+/// base when `store` is set).
+fn backend_auth(ctx: &Context, store: bool) -> anyhow::Result<AuthHandle> {
+    let config = &ctx.config;
+    ctx.health
+        .add_startup_check(crate::probes::auth_check(config).context("internal_tls")?);
+    let paths = if store {
+        vec![std::path::PathBuf::from(&config.general.data_dir)]
+    } else {
+        Vec::new()
+    };
+    crate::probes::start_freshness(config, &ctx.health, &ctx.metrics, paths);
+    remote_auth(config)
+}
+
 /// The mail store over the remote locks service and its event bus, as in
 /// the standalone shape (several backends on one volume).
 async fn remote_store(ctx: &Context) -> anyhow::Result<yarilo_store::Store> {
     let config = &ctx.config;
     let locks = yarilo_locks::LocksClient::from_config(config).context("locks_client")?;
-    locks
-        .connect()
-        .await
-        .context("locks_client: cannot reach the locks service")?;
+    // Not fatal: `/startupz` reports it until the locks service answers
+    // (the client redials on every request).
+    if let Err(e) = locks.connect().await {
+        tracing::warn!(error = %e, "locks service not reachable yet");
+    }
+    ctx.health
+        .add_startup_check(crate::probes::locks_check(locks.clone()));
     let events = locks.event_bus();
     let store = yarilo_store::Store::new(
         yarilo_store::StoreSettings::from_config(&config.store, &config.general.data_dir),
@@ -99,7 +119,7 @@ async fn bind_hop_listener(
     .await
     .with_context(|| format!("services.{name}"))?;
     println!("  {name:<11} {}", listener.local_addr());
-    ctx.health.add_ready_check(listener.ready_check());
+    listener.register_health(&ctx.health);
     Ok(listener)
 }
 
@@ -111,7 +131,7 @@ pub fn pop3(args: ComponentArgs) -> anyhow::Result<ExitCode> {
         let config = &ctx.config;
         let gate_settings = GateSettings::from_config(config, "pop3")?;
         let hop_tls = InternalTls::from_config(&config.internal_tls).context("internal_tls")?;
-        let auth = remote_auth(config)?;
+        let auth = backend_auth(&ctx, true)?;
         let store = remote_store(&ctx).await?;
         let settings = yarilo_pop3::Pop3Settings::from_config(config).context("pop3")?;
         let server = ctx
@@ -222,7 +242,14 @@ pub fn pop3_login(args: ComponentArgs) -> anyhow::Result<ExitCode> {
         let router = director_sessions(&ctx, b.router);
         let server = ctx.metrics.register(|r| {
             yarilo_login::pop3::Pop3LoginServer::new(
-                settings, b.auth, router, b.hop_tls, b.starttls, warden, r,
+                settings,
+                b.auth,
+                router,
+                b.hop_tls,
+                b.starttls,
+                warden,
+                yarilo_login::xclient::XclientPolicy::from_config(config),
+                r,
             )
         });
         let services = [
@@ -249,7 +276,7 @@ pub fn submission(args: ComponentArgs) -> anyhow::Result<ExitCode> {
         let config = &ctx.config;
         let gate_settings = GateSettings::from_config(config, "submission")?;
         let hop_tls = InternalTls::from_config(&config.internal_tls).context("internal_tls")?;
-        let auth = remote_auth(config)?;
+        let auth = backend_auth(&ctx, false)?;
         let settings = yarilo_smtp::SubmissionSettings::from_config(config);
         let server = ctx
             .metrics
@@ -309,7 +336,14 @@ pub fn submission_login(args: ComponentArgs) -> anyhow::Result<ExitCode> {
         let router = director_sessions(&ctx, b.router);
         let server = ctx.metrics.register(|r| {
             yarilo_login::submission::SubmissionLoginServer::new(
-                settings, b.auth, router, b.hop_tls, b.starttls, warden, r,
+                settings,
+                b.auth,
+                router,
+                b.hop_tls,
+                b.starttls,
+                warden,
+                yarilo_login::xclient::XclientPolicy::from_config(config),
+                r,
             )
         });
         let services = [
@@ -324,31 +358,46 @@ pub fn submission_login(args: ComponentArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `yarilo lmtp`: LMTP delivery into the shared store (remote locks),
-/// behind `lmtp-login` or an MTA. No preamble: LMTP carries no
-/// credentials; the client address arrives by XCLIENT, which only
-/// `general.xclient.trusted_nets` may send.
+/// behind `lmtp-login`. Like the other backends it admits only a verified
+/// `YARILO` preamble from a login peer (deployment seed: "LMTP preamble
+/// originates from yarilo-lmtp-login"); the session then delivers to that
+/// one user. An MTA delivering directly talks to `lmtp-login` (or, in the
+/// one-process shape, to `yarilo single`).
 pub fn lmtp(args: ComponentArgs) -> anyhow::Result<ExitCode> {
     component::run("lmtp", args, |ctx: Context| async move {
         let config = &ctx.config;
+        let gate_settings = GateSettings::from_config(config, "lmtp")?;
         let hop_tls = InternalTls::from_config(&config.internal_tls).context("internal_tls")?;
-        let auth = remote_auth(config)?;
+        let auth = backend_auth(&ctx, true)?;
         let store = remote_store(&ctx).await?;
         let settings = yarilo_smtp::LmtpSettings::from_config(config);
         let server = ctx
             .metrics
-            .register(|r| yarilo_smtp::LmtpServer::new(settings, store, auth, r));
+            .register(|r| yarilo_smtp::LmtpServer::new(settings, store, auth.clone(), r));
+        let gate = Arc::new(
+            ctx.metrics
+                .register(|r| PreambleGate::new(gate_settings, auth, r)),
+        );
         let listener_metrics = ctx.metrics.register(ListenerMetrics::register);
         let listener =
             bind_hop_listener(&ctx, "lmtp", &config.services.lmtp, hop_tls.as_ref(), 1024).await?;
         let life = ctx.life.clone();
         listener
             .serve(ctx.life.clone(), listener_metrics, move |accepted| {
-                let (server, life) = (server.clone(), life.clone());
+                let (gate, server, life) = (gate.clone(), server.clone(), life.clone());
                 async move {
-                    match accepted.establish(HOP_HANDSHAKE).await {
-                        Ok(conn) => server.handle(conn, life.stopped()).await,
-                        Err(e) => tracing::info!(error = %e, "LMTP peer dropped"),
-                    }
+                    let Some((conn, admitted)) = admit(&gate, accepted).await else {
+                        return;
+                    };
+                    server
+                        .handle_proxied(
+                            conn,
+                            admitted.user,
+                            admitted.client_ip,
+                            admitted.session,
+                            life.stopped(),
+                        )
+                        .await
                 }
             })
             .await;
@@ -370,9 +419,20 @@ pub fn lmtp_login(args: ComponentArgs) -> anyhow::Result<ExitCode> {
             &settings,
         )?;
         let delimiter = config.lmtp.recipient_delimiter.clone();
+        let warden = login_warden(&ctx, "lmtp")?;
+        // The director link carries BACKEND-UNREACHABLE reports (lmtp-login
+        // pipes no sessions, so it reports none).
+        let router = director_sessions(&ctx, b.router);
         let server = ctx.metrics.register(|r| {
             yarilo_login::lmtp::LmtpLoginServer::new(
-                settings, b.auth, b.router, b.hop_tls, delimiter, r,
+                settings,
+                b.auth,
+                router,
+                b.hop_tls,
+                delimiter,
+                warden,
+                yarilo_login::xclient::XclientPolicy::from_config(config),
+                r,
             )
         });
         let Some(addr) = b
@@ -392,8 +452,8 @@ pub fn lmtp_login(args: ComponentArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Warden for a login process (`warden_client.*`; off unless
-/// `warden_client.enabled`). `lmtp-login` does not use it: see
-/// `docs/login.md`.
+/// `warden_client.enabled`). `lmtp-login` uses it per recipient
+/// (DELIVERY_START/END), the others per connection and session.
 fn login_warden(
     ctx: &Context,
     protocol: &'static str,
@@ -414,9 +474,10 @@ fn login_warden(
 }
 
 /// With `director_addr` routing, the login's standing director connection:
-/// piped sessions reported (SESSION-OPEN/CLOSE) and the director's kicks
-/// obeyed (KICK-WATCH). Not for `lmtp-login`: deliveries are not
-/// sessions.
+/// piped sessions reported (SESSION-OPEN/CLOSE), the director's kicks
+/// obeyed (KICK-WATCH), unreachable backends reported
+/// (BACKEND-UNREACHABLE; for `lmtp-login` only these: deliveries are not
+/// sessions).
 fn director_sessions(
     ctx: &Context,
     router: yarilo_login::route::Router,
@@ -449,10 +510,26 @@ fn login_base(
         route,
         &format!("login.{proto}"),
         proto,
+        plain.port,
         hop_tls.clone(),
         settings.connect_timeout,
-    )?;
+    )?
+    .with_lookup_timeout(Duration::from_millis(config.login.lookup_timeout_ms));
     let auth = remote_auth(config)?;
+    ctx.health
+        .add_startup_check(crate::probes::auth_check(config).context("internal_tls")?);
+    if let Some(check) = crate::probes::warden_check(config).context("internal_tls")? {
+        ctx.health.add_startup_check(check);
+    }
+    if let yarilo_config::RouteTarget::Director(addr) = route.target(&format!("login.{proto}"))? {
+        ctx.health.add_startup_check(crate::probes::version_check(
+            "director",
+            addr,
+            hop_tls.clone(),
+            "director",
+        ));
+    }
+    crate::probes::start_freshness(config, &ctx.health, &ctx.metrics, Vec::new());
     let (certs, _) =
         crate::single::client_certificates(config, Path::new(&config.general.data_dir))?;
     let acceptor = certs.acceptor(&config.tls.min_version).context("tls")?;
@@ -516,7 +593,7 @@ pub fn imap(args: ComponentArgs) -> anyhow::Result<ExitCode> {
         let config = &ctx.config;
         let gate_settings = GateSettings::from_config(config, "imap")?;
         let hop_tls = InternalTls::from_config(&config.internal_tls).context("internal_tls")?;
-        let auth = remote_auth(config)?;
+        let auth = backend_auth(&ctx, true)?;
         let store = remote_store(&ctx).await?;
         let settings = yarilo_imap::ImapSettings::from_config(config);
         let server = ctx
@@ -589,7 +666,14 @@ pub fn imap_login(args: ComponentArgs) -> anyhow::Result<ExitCode> {
         let router = director_sessions(&ctx, b.router);
         let server = ctx.metrics.register(|r| {
             yarilo_login::imap::ImapLoginServer::new(
-                settings, b.auth, router, b.hop_tls, b.starttls, warden, r,
+                settings,
+                b.auth,
+                router,
+                b.hop_tls,
+                b.starttls,
+                warden,
+                yarilo_login::xclient::XclientPolicy::from_config(config),
+                r,
             )
         });
         let services = [

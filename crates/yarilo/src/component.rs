@@ -11,7 +11,7 @@ use yarilo_config::Config;
 use yarilo_listener::Lifecycle;
 use yarilo_telemetry::{Health, Metrics};
 
-use crate::runtime::{build_runtime, run_until_signal};
+use crate::runtime::build_runtime;
 
 /// Options every component takes.
 #[derive(clap::Args)]
@@ -39,7 +39,31 @@ where
     F: FnOnce(Context) -> Fut,
     Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
 {
+    run_with_grace(
+        name,
+        args,
+        |c| Duration::from_secs(c.general.shutdown_grace_seconds),
+        start,
+    )
+}
+
+/// [`run`] with the component's own grace period after SIGTERM (the
+/// director's is `director_service.session_grace_period`): sessions and
+/// then the service future get that long, together, before the process
+/// exits.
+pub fn run_with_grace<G, F, Fut>(
+    name: &'static str,
+    args: ComponentArgs,
+    grace_of: G,
+    start: F,
+) -> anyhow::Result<ExitCode>
+where
+    G: FnOnce(&Config) -> Duration,
+    F: FnOnce(Context) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+{
     let config = Config::load(&args.config)?;
+    let grace = grace_of(&config);
     yarilo_telemetry::init_logging(&config.log);
     build_runtime()?.block_on(async move {
         let signals = crate::runtime::Signals::install()?;
@@ -47,7 +71,6 @@ where
         let watch = vec![PathBuf::from(&config.general.data_dir)];
         let telemetry = crate::telemetry::start(&config, watch, &life).await?;
         crate::telemetry::register_build_info(&telemetry.metrics, name);
-        let grace = Duration::from_secs(config.general.shutdown_grace_seconds);
         let ctx = Context {
             config,
             life: life.clone(),
@@ -72,11 +95,22 @@ where
                     Err(e) => Err(anyhow::anyhow!("{name} task panicked: {e}")),
                 }
             }
-            clean = run_until_signal(signals, &life, grace, || {}) => {
-                let clean = clean?;
+            clean = async {
+                let stopping = crate::runtime::wait_for_stop(signals, &life, || {}).await;
+                let deadline = tokio::time::Instant::now() + grace;
+                let clean = crate::runtime::drain(&life, grace).await;
+                (stopping, deadline, clean)
+            } => {
+                let (stopping, deadline, clean) = clean;
+                stopping?;
                 // The service saw the shutdown token; give it what is left
-                // of the grace period to return.
-                let _ = tokio::time::timeout(Duration::from_secs(1), service).await;
+                // of the grace period (at least a second) to return.
+                let left = deadline
+                    .saturating_duration_since(tokio::time::Instant::now())
+                    .max(Duration::from_secs(1));
+                if tokio::time::timeout(left, service).await.is_err() {
+                    tracing::warn!(component = name, "grace period over; exiting");
+                }
                 Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(2) })
             }
         }

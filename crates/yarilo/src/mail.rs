@@ -68,7 +68,7 @@ impl MailContext {
             );
         }
         let addr = listener.local_addr();
-        self.health.add_ready_check(listener.ready_check());
+        listener.register_health(&self.health);
         let handle = Arc::new(handle);
         let service_name = name.to_string();
         tokio::spawn(listener.serve(

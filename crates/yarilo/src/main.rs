@@ -8,6 +8,7 @@ mod backend;
 mod component;
 mod dispatch;
 mod mail;
+mod probes;
 mod runtime;
 mod services;
 mod single;
@@ -17,6 +18,16 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's start-up options: the heap profiler compiled in and
+/// inactive (`telemetry.pprof.heap_enabled` activates it), one sample per
+/// 512 KiB allocated on average.
+#[allow(unsafe_code, non_upper_case_globals)]
+#[export_name = "malloc_conf"]
+pub static malloc_conf: &[u8] = b"prof:true,prof_active:false,lg_prof_sample:19\0";
 
 #[derive(Parser)]
 #[command(

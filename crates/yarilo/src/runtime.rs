@@ -34,6 +34,17 @@ pub async fn run_until_signal(
     grace: Duration,
     on_hup: impl Fn(),
 ) -> anyhow::Result<bool> {
+    wait_for_stop(signals, life, on_hup).await?;
+    Ok(drain(life, grace).await)
+}
+
+/// Waits for SIGTERM or SIGINT (or the lifecycle being cancelled),
+/// running `on_hup` on every SIGHUP meanwhile.
+pub async fn wait_for_stop(
+    signals: Signals,
+    life: &Lifecycle,
+    on_hup: impl Fn(),
+) -> anyhow::Result<()> {
     let Signals {
         mut term,
         mut int,
@@ -47,11 +58,17 @@ pub async fn run_until_signal(
             _ = life.token.cancelled() => break,
         }
     }
+    Ok(())
+}
+
+/// Stops accepting and gives sessions `grace` to end; whether they all
+/// did.
+pub async fn drain(life: &Lifecycle, grace: Duration) -> bool {
     let clean = life.drain(grace).await;
     // Locks released by the last sessions must reach the lock service
     // before exit, or they stay held until their TTL.
     yarilo_locks::flush_releases(Duration::from_secs(2)).await;
-    Ok(clean)
+    clean
 }
 
 pub fn build_runtime() -> anyhow::Result<tokio::runtime::Runtime> {

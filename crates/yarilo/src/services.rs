@@ -31,6 +31,10 @@ pub fn locks(args: ComponentArgs) -> anyhow::Result<ExitCode> {
         ctx.metrics.register(|r| svc.register_metrics(r));
         ctx.health
             .add_ready_check(ready_check("locks", svc.readiness()));
+        if ctx.config.locks_service.mode == yarilo_config::LocksMode::Remote {
+            ctx.health
+                .add_startup_check(ready_check("redis", svc.readiness()));
+        }
         svc.serve(ctx.life.stopped()).await.context("locks service")
     })
 }
@@ -44,6 +48,10 @@ pub fn warden(args: ComponentArgs) -> anyhow::Result<ExitCode> {
         ctx.metrics.register(|r| svc.register_metrics(r));
         ctx.health
             .add_ready_check(ready_check("warden", svc.readiness()));
+        if ctx.config.warden_service.state_backend == yarilo_config::WardenStateBackend::Redis {
+            ctx.health
+                .add_startup_check(ready_check("redis", svc.readiness()));
+        }
         svc.serve(ctx.life.stopped())
             .await
             .context("warden service")
@@ -53,7 +61,10 @@ pub fn warden(args: ComponentArgs) -> anyhow::Result<ExitCode> {
 /// `yarilo director`: LOOKUP for login pods, backend registration, the
 /// admin API. A single replica (a ring of one).
 pub fn director(args: ComponentArgs) -> anyhow::Result<ExitCode> {
-    component::run("director", args, |ctx: Context| async move {
+    let grace = |c: &yarilo_config::Config| {
+        std::time::Duration::from_secs(c.director_service.session_grace_period)
+    };
+    component::run_with_grace("director", args, grace, |ctx: Context| async move {
         let director = yarilo_director::DirectorComponent::from_config(&ctx.config)
             .await
             .context("director_service")?;
@@ -80,6 +91,15 @@ pub fn backend_reg(args: ComponentArgs) -> anyhow::Result<ExitCode> {
     component::run("backend-reg", args, |ctx: Context| async move {
         ctx.health
             .add_ready_check(ReadyCheck::new("backend-reg", || async { Ok(()) }));
+        let b = &ctx.config.backend_register;
+        let tls = yarilo_tls::internal::InternalTls::from_config(&ctx.config.internal_tls)
+            .context("internal_tls")?;
+        ctx.health.add_startup_check(crate::probes::version_check(
+            "director",
+            b.director_addr.clone(),
+            tls,
+            "director",
+        ));
         yarilo_director::run_backend_reg(&ctx.config, ctx.life.stopped())
             .await
             .context("backend_register")
@@ -98,6 +118,20 @@ pub fn auth(args: ComponentArgs) -> anyhow::Result<ExitCode> {
         let auth =
             Arc::new(yarilo_auth::Authenticator::from_config(config).context("passdb/userdb")?);
         ctx.metrics.register(|r| auth.register_metrics(r));
+        for (name, dbs) in [("passdb", auth.passdbs()), ("userdb", auth.userdbs())] {
+            let dbs = dbs.to_vec();
+            ctx.health.add_startup_check(ReadyCheck::new(name, move || {
+                let dbs = dbs.clone();
+                async move {
+                    for db in &dbs {
+                        db.ping()
+                            .await
+                            .map_err(|e| format!("{}: {e}", db.describe()))?;
+                    }
+                    Ok(())
+                }
+            }));
+        }
         let addr = yarilo_config::parse_listen(&config.auth_service.listen)
             .map_err(|m| anyhow::anyhow!("auth_service.listen: {m}"))?;
         let listener = tokio::net::TcpListener::bind(addr)

@@ -79,6 +79,12 @@ async fn run(mut config: Config) -> anyhow::Result<ExitCode> {
             }
         }));
 
+    crate::probes::start_freshness(
+        &config,
+        &telemetry.health,
+        &telemetry.metrics,
+        vec![data_dir.clone()],
+    );
     // One process: in-memory locks and change events.
     let events = Arc::new(yarilo_locks::MemoryEventBus::default());
     let store = yarilo_store::Store::new(

@@ -26,6 +26,21 @@ pub async fn start(
     let metrics = Metrics::new();
     let listen =
         std::env::var("TELEMETRY_LISTEN").unwrap_or_else(|_| config.telemetry.listen.clone());
+    let pprof = yarilo_telemetry::profiling::PprofSettings::from_config(&config.telemetry.pprof);
+    if let Some(exposed) = pprof.exposure() {
+        // Deliberately at every start: profiling left on for a year is the
+        // failure this guards against.
+        tracing::warn!(exposed = %exposed, "profiling is on: turn telemetry.pprof off when done");
+    }
+    yarilo_telemetry::profiling::configure_waits(
+        pprof.block_profile_rate,
+        pprof.mutex_profile_fraction,
+    );
+    if pprof.heap_enabled {
+        if let Err(e) = yarilo_telemetry::profiling::activate_heap() {
+            tracing::warn!(error = %e, "telemetry.pprof.heap_enabled: heap sampling not started");
+        }
+    }
     let wd = &config.telemetry.liveness_watchdog;
     if wd.liveness_watchdog_enabled {
         let watchdog = Watchdog::new(wd, watch_paths, &metrics);
@@ -49,6 +64,7 @@ pub async fn start(
         metrics: metrics.clone(),
         fault_injection: wd.liveness_watchdog_enabled
             && wd.liveness_watchdog_fault_injection_enabled,
+        pprof,
     };
     let stopped = life.stopped();
     tokio::spawn(async move {

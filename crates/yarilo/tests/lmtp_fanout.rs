@@ -1,7 +1,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! lmtp-login in the director shape: `yarilo director` spreads users over
 //! two `yarilo lmtp` backends; one LMTP transaction for eight recipients is
-//! split by lmtp-login per backend, and every recipient gets the message.
+//! split by lmtp-login into one preamble-authenticated backend connection
+//! per recipient, delivered in parallel, and every recipient gets the
+//! message. The backends admit nothing without a verified preamble, and
+//! warden limits concurrent deliveries per user (checked per RCPT).
 
 mod common;
 
@@ -37,6 +40,17 @@ fn one_transaction_is_split_over_two_backends_by_the_director() {
         .collect();
     std::fs::write(d.join("users"), users).unwrap();
     let mut procs = Vec::new();
+    let warden_addr = format!("127.0.0.1:{}", free_port());
+    let warden = component(
+        d,
+        "warden",
+        "warden",
+        &format!(
+            "warden_service:\n  listen: {warden_addr}\n  limits:\n    max_deliveries_per_user: 1\n"
+        ),
+    );
+    assert!(warden.becomes_ready(), "warden ready");
+    procs.push(warden);
     let mut auth = component(d, "auth", "auth", "auth_service:\n  listen: 127.0.0.1:0\n");
     let auth_addr = auth.announced("auth        ").trim().to_string();
     procs.push(auth);
@@ -48,6 +62,7 @@ fn one_transaction_is_split_over_two_backends_by_the_director() {
     // Two LMTP backends on two loopback addresses (the director tells
     // backends apart by address).
     let mut backends = Vec::new();
+    let mut hops: Vec<String> = Vec::new();
     let mut servers = String::new();
     for (i, ip) in ["127.0.0.1", "127.0.0.4"].iter().enumerate() {
         let port = free_port();
@@ -55,9 +70,11 @@ fn one_transaction_is_split_over_two_backends_by_the_director() {
             d,
             "lmtp",
             &format!("lmtp-{i}"),
-            &format!("{client}services:\n  lmtp:\n    address: {ip}\n    port: {port}\n{off}"),
+            &format!(
+                "{client}login:\n  preamble_timeout_ms: 1000\nservices:\n  lmtp:\n    address: {ip}\n    port: {port}\n{off}"
+            ),
         );
-        b.announced("lmtp        ");
+        hops.push(b.announced("lmtp        ").trim().to_string());
         assert!(b.becomes_ready(), "lmtp backend {i} ready");
         servers.push_str(&format!("    - host: {ip}\n      port: {port}\n"));
         backends.push(b);
@@ -77,6 +94,7 @@ fn one_transaction_is_split_over_two_backends_by_the_director() {
         "lmtp-login",
         &format!(
             "{client}services:\n  lmtp:\n    address: 127.0.0.1\n    port: {lport}\n{off}\
+             warden_client:\n  enabled: true\n  endpoints: [\"{warden_addr}\"]\n\
              login:\n  lmtp:\n    director_addr: {director_addr}\n"
         ),
     );
@@ -123,6 +141,66 @@ print("delivered")
         let ok = b.metric("yarilo_lmtp_deliveries_total{result=\"ok\"}");
         assert!(ok >= 1.0, "backend {i} delivered {ok}");
         println!("backend {i} delivered {ok} of 8");
+    }
+    // Both recipients resolve to u1: the second delivery to u1 in the
+    // same transaction is over max_deliveries_per_user (1) and gets a
+    // temporary failure; the first is delivered.
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            r#"
+import os, smtplib
+s = smtplib.LMTP(os.environ["HOST"], int(os.environ["PORT"]))
+refused = s.sendmail("sender@example.org", ["u1", "u1+x"], b"Subject: twice\r\n\r\nhi\r\n")
+print(refused)
+assert list(refused) == ["u1+x"], refused
+code, text = refused["u1+x"]
+assert code == 451 and b"4.7.0" in text, refused
+s.quit()
+print("limited")
+"#,
+        ])
+        .env("HOST", host)
+        .env("PORT", port)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("limited"),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let n: usize = ["new", "cur"]
+        .iter()
+        .map(|s| {
+            std::fs::read_dir(d.join("mail").join("u1").join(s))
+                .map(|r| r.count())
+                .unwrap_or(0)
+        })
+        .sum();
+    assert_eq!(
+        n, 2,
+        "u1 got the fan-out message and one copy of the second"
+    );
+
+    // An MTA (or anyone) talking to a backend's LMTP port directly gets
+    // no greeting: without a verified preamble the connection is closed.
+    for (i, b) in backends.iter().enumerate() {
+        let mut s = std::net::TcpStream::connect(&hops[i]).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let mut got = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut s, &mut got);
+        assert!(
+            got.is_empty(),
+            "backend {i} spoke without a preamble: {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        let refused =
+            b.metric("yarilo_backend_preambles_total{service=\"lmtp\",result=\"timeout\"}");
+        assert!(refused >= 1.0, "backend {i} counted the refusal");
+        let ok = b.metric("yarilo_backend_preambles_total{service=\"lmtp\",result=\"ok\"}");
+        assert!(ok >= 1.0, "backend {i} admitted lmtp-login's preambles");
     }
     drop(login);
     drop(backends);

@@ -142,6 +142,15 @@ impl Db {
         }
     }
 
+    /// Whether the driver's backing store answers (SQL: a `SELECT 1`;
+    /// files and static entries have nothing to reach).
+    pub async fn ping(&self) -> Result<(), DbError> {
+        match self {
+            Db::Sql(s) => s.ping().await,
+            Db::PasswdFile(_) | Db::Static(_) => Ok(()),
+        }
+    }
+
     /// userdb lookup: `Ok(None)` when the user is unknown here.
     pub async fn userdb_lookup(
         &self,

@@ -154,6 +154,15 @@ impl SqlDb {
             .map_err(|e| DbError::Sql(e.to_string()))
     }
 
+    /// One round trip to the database (the startup probe).
+    pub async fn ping(&self) -> Result<(), DbError> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+            .map_err(|e| DbError::Sql(e.to_string()))
+    }
+
     pub async fn passdb_lookup(
         &self,
         req: &LookupRequest<'_>,

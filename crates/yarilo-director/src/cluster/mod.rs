@@ -123,7 +123,7 @@ pub struct RingSettings {
     pub ping_interval: Duration,
     pub ping_timeout: Duration,
     pub write_timeout: Option<Duration>,
-    /// Bound on the graceful leave (`session_grace_period`, at most 5 s).
+    /// Bound on the graceful leave (`session_grace_period`).
     pub leave_timeout: Duration,
     /// Internal mTLS for dials, pinning `ring_tls_server_name`.
     pub tls: Option<InternalTls>,
@@ -162,7 +162,8 @@ impl RingSettings {
                     .into(),
             ));
         }
-        let tls = match (tls, &c.ring_tls_server_name) {
+        let name = c.ring_tls_server_name.as_deref().filter(|n| !n.is_empty());
+        let tls = match (tls, name) {
             (Some(t), Some(name)) => Some(
                 t.with_server_name(name)
                     .map_err(|e| DirectorError::Tls(e.to_string()))?,
@@ -186,7 +187,7 @@ impl RingSettings {
             ping_interval: secs(c.ping_interval.max(1)),
             ping_timeout: secs(c.ping_timeout.max(1)),
             write_timeout: (c.write_timeout > 0).then(|| secs(c.write_timeout)),
-            leave_timeout: secs(c.session_grace_period.clamp(1, 5)),
+            leave_timeout: secs(c.session_grace_period.max(1)),
             tls,
         }))
     }

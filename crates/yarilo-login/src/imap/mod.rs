@@ -45,9 +45,12 @@ pub struct ImapLoginServer {
     pub(crate) metrics: LoginMetrics,
     /// Connection and session limits, penalty, kicks (`warden_client`).
     pub(crate) warden: LoginWarden,
+    /// Who may forward the client address (XCLIENT, ID x-originating-ip).
+    pub(crate) xclient: crate::xclient::XclientPolicy,
 }
 
 impl ImapLoginServer {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         settings: LoginSettings,
         auth: AuthHandle,
@@ -55,6 +58,7 @@ impl ImapLoginServer {
         hop_tls: Option<InternalTls>,
         starttls: Option<TlsAcceptor>,
         warden: LoginWarden,
+        xclient: crate::xclient::XclientPolicy,
         registry: &mut Registry,
     ) -> Arc<ImapLoginServer> {
         Arc::new(ImapLoginServer {
@@ -65,6 +69,7 @@ impl ImapLoginServer {
             starttls,
             metrics: LoginMetrics::register(registry),
             warden,
+            xclient,
         })
     }
 

@@ -1,7 +1,7 @@
 //! One `imap-login` connection: the not-authenticated state machine and
 //! its driver.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,6 +54,8 @@ pub(super) struct Session {
     /// Warden's count of this pre-auth connection; released at the
     /// hand-off (the session is counted instead) or when it ends.
     counted: Option<ConnectionGuard>,
+    /// The peer may forward the client address (XCLIENT, ID).
+    xclient: bool,
 }
 
 fn session_id() -> String {
@@ -65,7 +67,9 @@ fn session_id() -> String {
 impl Session {
     pub fn new(server: Arc<ImapLoginServer>, conn: ClientConn) -> Session {
         let framer = Framer::new(server.settings.max_line, server.settings.max_literal);
+        let xclient = server.xclient.allows(&conn.service, conn.peer.ip());
         Session {
+            xclient,
             stream: conn.stream,
             peer: conn.peer,
             local: conn.local,
@@ -185,6 +189,13 @@ impl Session {
                     return self.flush().await;
                 }
                 Frame::Command(bytes) => {
+                    if let Some((tag, args)) = crate::xclient::imap_xclient(&bytes) {
+                        self.bad_in_row = 0;
+                        if let Step::Close = self.xclient_command(tag, &args).await {
+                            return self.flush().await;
+                        }
+                        continue;
+                    }
                     let step = match parse_command(&bytes, ParseOptions::default()) {
                         Err((tag, e)) => {
                             if self.bad(tag, &format!("Error in IMAP command: {e}")) {
@@ -202,6 +213,57 @@ impl Session {
                         return self.flush().await;
                     }
                 }
+            }
+        }
+    }
+
+    /// `<tag> XCLIENT ADDR=<ip>` from a trusted peer: the client address
+    /// from now on.
+    async fn xclient_command(&mut self, tag: String, args: &str) -> Step {
+        if !self.xclient {
+            self.send(&Response::no(tag, None, "XCLIENT not permitted."));
+            return Step::Continue;
+        }
+        match crate::xclient::args_addr(args) {
+            Ok(Some(ip)) => {
+                if !self.forwarded_client(ip).await {
+                    return Step::Close;
+                }
+                self.send(&Response::ok(tag, None, "XCLIENT"));
+            }
+            Ok(None) => self.send(&Response::ok(tag, None, "XCLIENT")),
+            Err(crate::xclient::BadAddr) => {
+                self.send(&Response::bad(Some(tag), None, "Invalid XCLIENT ADDR."))
+            }
+        }
+        Step::Continue
+    }
+
+    /// A trusted peer forwarded the client's address: it replaces the TCP
+    /// peer, and warden counts the connection under it (its per-IP limit
+    /// and penalty apply to the real client). False when warden refuses
+    /// it: a BYE is queued and the connection must close.
+    async fn forwarded_client(&mut self, ip: IpAddr) -> bool {
+        if ip == self.peer.ip() {
+            return true;
+        }
+        tracing::info!(proxy = %self.peer.ip(), client = %ip, "client address forwarded");
+        self.peer = SocketAddr::new(ip, 0);
+        self.counted = None;
+        match self.server.warden.connect(&self.id, ip).await {
+            Ok(guard) => {
+                self.counted = Some(guard);
+                true
+            }
+            Err(why) => {
+                tracing::info!(refusal = ?why, "forwarded client refused by warden");
+                self.send(&Response::Status {
+                    tag: None,
+                    kind: StatusKind::Bye,
+                    code: Some(Code::Unavailable),
+                    text: "Too many connections".into(),
+                });
+                false
             }
         }
     }
@@ -269,8 +331,18 @@ impl Session {
                 self.send(&Response::ok(tag, None, "Logout completed."));
                 return Ok(Step::Close);
             }
-            // RFC 2971: answer with our own identification.
-            Command::Id(_) => {
+            // RFC 2971: answer with our own identification. From a trusted
+            // proxy, Dovecot's `x-originating-ip` field is the client.
+            Command::Id(fields) => {
+                let forwarded = fields
+                    .as_deref()
+                    .filter(|_| self.xclient)
+                    .and_then(crate::xclient::id_originating_ip);
+                if let Some(ip) = forwarded {
+                    if !self.forwarded_client(ip).await {
+                        return Ok(Step::Close);
+                    }
+                }
                 self.send(&Response::Data(Data::Id(Some(vec![(
                     "name".into(),
                     Some("yarilo".into()),

@@ -45,9 +45,12 @@ pub struct Pop3LoginServer {
     pub(crate) metrics: LoginMetrics,
     /// Connection and session limits, penalty, kicks (`warden_client`).
     pub(crate) warden: LoginWarden,
+    /// Who may forward the client address (XCLIENT).
+    pub(crate) xclient: crate::xclient::XclientPolicy,
 }
 
 impl Pop3LoginServer {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         settings: LoginSettings,
         auth: AuthHandle,
@@ -55,6 +58,7 @@ impl Pop3LoginServer {
         hop_tls: Option<InternalTls>,
         starttls: Option<TlsAcceptor>,
         warden: LoginWarden,
+        xclient: crate::xclient::XclientPolicy,
         registry: &mut Registry,
     ) -> Arc<Pop3LoginServer> {
         Arc::new(Pop3LoginServer {
@@ -65,6 +69,7 @@ impl Pop3LoginServer {
             starttls,
             metrics: LoginMetrics::register(registry),
             warden,
+            xclient,
         })
     }
 

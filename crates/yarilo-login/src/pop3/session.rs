@@ -46,11 +46,25 @@ pub(super) struct Session {
     /// Warden's count of this pre-auth connection; released at the
     /// hand-off (the session is counted instead) or when it ends.
     counted: Option<ConnectionGuard>,
+    /// The peer may forward the client address (XCLIENT).
+    xclient: bool,
+}
+
+/// The arguments of an `XCLIENT …` line, if it is one.
+fn xclient_args(bytes: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(bytes)
+        .ok()?
+        .trim_end_matches(['\r', '\n']);
+    let (cmd, args) = text.split_once(' ').unwrap_or((text, ""));
+    cmd.eq_ignore_ascii_case("XCLIENT")
+        .then(|| args.to_string())
 }
 
 impl Session {
     pub fn new(server: Arc<Pop3LoginServer>, conn: ClientConn) -> Session {
+        let xclient = server.xclient.allows(&conn.service, conn.peer.ip());
         Session {
+            xclient,
             lines: Lines::new(server.settings.max_line),
             stream: conn.stream,
             peer: conn.peer,
@@ -174,7 +188,41 @@ impl Session {
             .await
     }
 
+    /// `XCLIENT ADDR=<ip>` (earlier director seed: `+OK XCLIENT
+    /// accepted`), before login, from a trusted peer only.
+    async fn xclient_command(&mut self, args: &str) -> Step {
+        if !self.xclient {
+            self.reply("-ERR XCLIENT not permitted.");
+            return self.bad_command();
+        }
+        match crate::xclient::args_addr(args) {
+            Ok(Some(ip)) if ip != self.peer.ip() => {
+                tracing::info!(proxy = %self.peer.ip(), client = %ip, "client address forwarded");
+                self.peer = SocketAddr::new(ip, 0);
+                self.counted = None;
+                match self.server.warden.connect(&self.id, ip).await {
+                    Ok(guard) => self.counted = Some(guard),
+                    Err(why) => {
+                        tracing::info!(refusal = ?why, "forwarded client refused by warden");
+                        self.reply("-ERR [SYS/TEMP] Too many connections");
+                        return Step::Close;
+                    }
+                }
+                self.reply("+OK XCLIENT accepted");
+            }
+            Ok(_) => self.reply("+OK XCLIENT accepted"),
+            Err(crate::xclient::BadAddr) => {
+                self.reply("-ERR Invalid XCLIENT ADDR.");
+                return self.bad_command();
+            }
+        }
+        Step::Continue
+    }
+
     async fn command(&mut self, bytes: &[u8]) -> std::io::Result<Step> {
+        if let Some(args) = xclient_args(bytes) {
+            return Ok(self.xclient_command(&args).await);
+        }
         let cmd = match command::parse(bytes) {
             Ok((_, cmd)) => cmd,
             Err((_, e)) => {

@@ -2,7 +2,11 @@
 //!
 //! Implements: LHLO, MAIL, RCPT, DATA, BDAT (RFC 3030 CHUNKING), RSET,
 //! NOOP, VRFY (252), HELP, QUIT, and XCLIENT ADDR/PORT from
-//! `general.xclient.trusted_nets`. Extensions: PIPELINING (RFC 2920),
+//! `general.xclient.trusted_nets` where `services.lmtp.xclient_protocol`
+//! and `general.xclient.enabled` ask for it (`yarilo single`, MTAs
+//! delivering directly). Behind `lmtp-login` ([`LmtpServer::handle_proxied`])
+//! the hop's verified preamble gives the client address and the one user
+//! the connection may deliver to. Extensions: PIPELINING (RFC 2920),
 //! ENHANCEDSTATUSCODES (RFC 2034), 8BITMIME (RFC 6152), SMTPUTF8
 //! (RFC 6531), CHUNKING (RFC 3030), SIZE (RFC 1870).
 //!
@@ -52,7 +56,9 @@ pub struct LmtpSettings {
     pub max_line_length: usize,
     pub timeout: Duration,
     pub max_bad_commands: u32,
-    /// Peers allowed to send XCLIENT (`general.xclient.trusted_nets`).
+    /// Peers allowed to send XCLIENT: `general.xclient.trusted_nets` when
+    /// `general.xclient.enabled` and `services.lmtp.xclient_protocol`,
+    /// else none.
     pub xclient_trusted_nets: Vec<IpNet>,
 }
 
@@ -76,7 +82,12 @@ impl LmtpSettings {
             max_line_length: l.max_line_length.max(512),
             timeout: Duration::from_secs(l.timeout_seconds.max(1)),
             max_bad_commands: l.max_bad_commands,
-            xclient_trusted_nets: c.general.xclient.trusted_nets.clone(),
+            // Inbound XCLIENT only where the listener asks for it.
+            xclient_trusted_nets: if c.general.xclient.enabled && c.services.lmtp.xclient_protocol {
+                c.general.xclient.trusted_nets.clone()
+            } else {
+                Vec::new()
+            },
         }
     }
 }
@@ -141,6 +152,24 @@ impl LmtpServer {
             .await
     }
 
+    /// A connection from `lmtp-login` whose preamble the gate verified:
+    /// `client_ip` and `user` from it (every RCPT must be that user; the
+    /// `Received:` header names the real client).
+    pub async fn handle_proxied(
+        self: Arc<Self>,
+        conn: ClientConn,
+        user: String,
+        client_ip: std::net::IpAddr,
+        session: String,
+        shutdown: impl std::future::Future<Output = ()> + Send,
+    ) {
+        let span = tracing::info_span!("lmtp", session = %session, peer = %conn.peer, %user);
+        let proxied = session::Proxied { client_ip, user };
+        self.serve_inner(conn.stream, conn.peer, session, Some(proxied), shutdown)
+            .instrument(span)
+            .await
+    }
+
     /// [`LmtpServer::handle`] over any stream (tests, other transports).
     pub async fn serve<S>(
         self: Arc<Self>,
@@ -151,7 +180,20 @@ impl LmtpServer {
     ) where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send,
     {
-        let result = session::run(&self, stream, peer, id, shutdown).await;
+        self.serve_inner(stream, peer, id, None, shutdown).await
+    }
+
+    async fn serve_inner<S>(
+        self: Arc<Self>,
+        stream: S,
+        peer: SocketAddr,
+        id: String,
+        proxied: Option<session::Proxied>,
+        shutdown: impl std::future::Future<Output = ()> + Send,
+    ) where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send,
+    {
+        let result = session::run(&self, stream, peer, id, proxied, shutdown).await;
         let outcome = match &result {
             Ok(()) => "quit",
             Err(e) => e.label(),

@@ -42,6 +42,9 @@ struct Session<'a> {
     client_ip: IpAddr,
     /// The TCP peer, which XCLIENT trust is decided on.
     peer: SocketAddr,
+    /// Behind `lmtp-login`: the one user the hop's preamble was verified
+    /// for; every RCPT must resolve to it.
+    bound: Option<String>,
     state: State,
     bad_commands: u32,
 }
@@ -56,11 +59,19 @@ enum Next {
     Quit,
 }
 
+/// A session behind `lmtp-login`: the client address and the verified
+/// user from the preamble.
+pub(super) struct Proxied {
+    pub client_ip: IpAddr,
+    pub user: String,
+}
+
 pub(super) async fn run<S>(
     server: &LmtpServer,
     stream: S,
     peer: SocketAddr,
     id: String,
+    proxied: Option<Proxied>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), SmtpError>
 where
@@ -69,11 +80,16 @@ where
     let settings = &server.settings;
     let mut conn = Conn::new(stream, settings.max_line_length, settings.timeout);
     let mut shutdown = pin!(shutdown);
+    let (client_ip, bound) = match proxied {
+        Some(p) => (p.client_ip, Some(p.user)),
+        None => (peer.ip(), None),
+    };
     let mut s = Session {
         server,
         id,
-        client_ip: peer.ip(),
+        client_ip,
         peer,
+        bound,
         state: State::Greeted,
         bad_commands: 0,
     };
@@ -207,11 +223,14 @@ impl Session<'_> {
     }
 
     fn xclient_allowed(&self) -> bool {
-        self.server
-            .settings
-            .xclient_trusted_nets
-            .iter()
-            .any(|n| n.contains(&self.peer.ip()))
+        // Behind lmtp-login the preamble carried the client address.
+        self.bound.is_none()
+            && self
+                .server
+                .settings
+                .xclient_trusted_nets
+                .iter()
+                .any(|n| n.contains(&self.peer.ip()))
     }
 
     fn reset(&mut self) {
@@ -349,6 +368,14 @@ impl Session<'_> {
         detail: Option<String>,
     ) -> Reply {
         let settings = &self.server.settings;
+        if self.bound.as_deref().is_some_and(|b| b != user) {
+            tracing::warn!(%user, bound = ?self.bound, "RCPT for another user than the hop's preamble");
+            return r(
+                550,
+                (5, 7, 1),
+                format!("<{address}> not the recipient this connection was opened for"),
+            );
+        }
         let limits = QuotaLimits::from_fields(fields.iter());
         if settings.rcpt_check_quota && !limits.is_unlimited() {
             let usage = match open_user(&self.server.store, &user, &fields).await {
