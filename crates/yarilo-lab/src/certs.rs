@@ -250,9 +250,7 @@ mod tests {
         )
         .build()
         .unwrap();
-        let certs: Vec<_> = rustls_pemfile::certs(&mut chain.as_bytes())
-            .map(|c| c.unwrap())
-            .collect();
+        let certs = yarilo_tls::parse_certs(chain.as_bytes()).unwrap();
         verifier
             .verify_server_cert(
                 &certs[0],

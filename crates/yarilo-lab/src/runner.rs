@@ -3,6 +3,7 @@
 //! the cluster up release by release, run the workload and the faults,
 //! heal, judge, report, clean up (also after a failure or Ctrl-C).
 
+use rustls::pki_types::pem::PemObject;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -666,11 +667,10 @@ fn director_tls(chain: &Chain) -> anyhow::Result<workload::DirectorTls> {
     let (cert, key) = chain.leaf("admin").ok_or_else(|| {
         anyhow!("topology.internal_tls.roles needs `admin` (the lab's own client certificate)")
     })?;
-    let certs: Vec<_> = rustls_pemfile::certs(&mut cert.as_bytes())
-        .filter_map(|c| c.ok())
-        .collect();
-    let key =
-        rustls_pemfile::private_key(&mut key.as_bytes())?.ok_or_else(|| anyhow!("admin key"))?;
+    let certs =
+        yarilo_tls::parse_certs(cert.as_bytes()).map_err(|e| anyhow!("admin certificate: {e}"))?;
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes())
+        .map_err(|e| anyhow!("admin key: {e:?}"))?;
     let mut roots = rustls::RootCertStore::empty();
     roots.add(rustls::pki_types::CertificateDer::from(
         chain.root_der.clone(),
@@ -888,12 +888,8 @@ async fn probe_tls<R: PodRuntime>(
                 error: None,
             };
             if let Some((cert, key)) = &client_leaf {
-                let certs: Vec<_> = rustls_pemfile::certs(&mut cert.as_bytes())
-                    .filter_map(|c| c.ok())
-                    .collect();
-                let key = rustls_pemfile::private_key(&mut key.as_bytes())
-                    .ok()
-                    .flatten();
+                let certs = yarilo_tls::parse_certs(cert.as_bytes()).unwrap_or_default();
+                let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).ok();
                 if let (Some(key), Ok(b)) = (
                     key,
                     rustls::ClientConfig::builder_with_provider(provider.clone())
