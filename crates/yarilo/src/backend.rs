@@ -386,7 +386,7 @@ pub fn lmtp(args: ComponentArgs) -> anyhow::Result<ExitCode> {
             .serve(ctx.life.clone(), listener_metrics, move |accepted| {
                 let (gate, server, life) = (gate.clone(), server.clone(), life.clone());
                 async move {
-                    let Some((conn, admitted)) = admit(&gate, accepted).await else {
+                    let Some((conn, admitted, _record)) = admit(&gate, accepted).await else {
                         return;
                     };
                     server
