@@ -51,6 +51,9 @@ pub use log::{LogConfig, LogFormat};
 pub use login::{Login, LoginRoute, RouteTarget};
 pub use pop3::Pop3;
 pub use secret::Secret;
+/// The one YAML parser of the workspace (`deny.toml` keeps `serde_yaml`
+/// behind this crate): the lab reads scenarios and manifests through it.
+pub use serde_yaml;
 pub use services::{Service, ServiceName, Services, SslMode};
 pub use store::{StoreConfig, StoreMailbox};
 pub use submission::{RelaySsl, SubmissionConfig};

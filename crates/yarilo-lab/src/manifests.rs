@@ -6,6 +6,7 @@
 //! one shows up in the report.
 
 use std::collections::BTreeMap;
+use yarilo_config::serde_yaml as yaml;
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -190,7 +191,7 @@ pub struct Container {
     /// Everything else the container spec says (resources, securityContext,
     /// …): reported as not honoured.
     #[serde(flatten)]
-    pub other: BTreeMap<String, serde_yaml::Value>,
+    pub other: BTreeMap<String, yaml::Value>,
 }
 
 impl Container {
@@ -261,7 +262,7 @@ pub struct Volume {
     #[serde(default)]
     pub persistent_volume_claim: Option<PvcVolume>,
     #[serde(default)]
-    pub empty_dir: Option<serde_yaml::Value>,
+    pub empty_dir: Option<yaml::Value>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -275,7 +276,7 @@ pub struct PodSpec {
     #[serde(default = "thirty")]
     pub termination_grace_period_seconds: u32,
     #[serde(flatten)]
-    pub other: BTreeMap<String, serde_yaml::Value>,
+    pub other: BTreeMap<String, yaml::Value>,
 }
 
 fn thirty() -> u32 {
@@ -382,7 +383,7 @@ struct Raw {
     #[serde(default)]
     metadata: Meta,
     #[serde(default)]
-    spec: serde_yaml::Value,
+    spec: yaml::Value,
     #[serde(default)]
     data: BTreeMap<String, String>,
     #[serde(default)]
@@ -390,13 +391,13 @@ struct Raw {
 }
 
 fn spec_field<T: serde::de::DeserializeOwned>(
-    spec: &serde_yaml::Value,
+    spec: &yaml::Value,
     key: &str,
     what: &str,
 ) -> Result<Option<T>> {
     match spec.get(key) {
-        None | Some(serde_yaml::Value::Null) => Ok(None),
-        Some(v) => serde_yaml::from_value(v.clone())
+        None | Some(yaml::Value::Null) => Ok(None),
+        Some(v) => yaml::from_value(v.clone())
             .map(Some)
             .map_err(|e| LabError::Manifest(format!("{what}: spec.{key}: {e}"))),
     }
@@ -405,8 +406,8 @@ fn spec_field<T: serde::de::DeserializeOwned>(
 impl Objects {
     /// Adds the objects of one multi-document YAML stream.
     pub fn add_yaml(&mut self, text: &str, release: &str) -> Result<()> {
-        for doc in serde_yaml::Deserializer::from_str(text) {
-            let value = serde_yaml::Value::deserialize(doc)
+        for doc in yaml::Deserializer::from_str(text) {
+            let value = yaml::Value::deserialize(doc)
                 .map_err(|e| LabError::Manifest(format!("release {release}: {e}")))?;
             if value.is_null() {
                 continue;
@@ -424,8 +425,8 @@ impl Objects {
         Ok(())
     }
 
-    fn add_value(&mut self, value: serde_yaml::Value, release: &str) -> Result<()> {
-        let raw: Raw = serde_yaml::from_value(value)
+    fn add_value(&mut self, value: yaml::Value, release: &str) -> Result<()> {
+        let raw: Raw = yaml::from_value(value)
             .map_err(|e| LabError::Manifest(format!("release {release}: {e}")))?;
         let kind = raw.kind.clone().unwrap_or_default();
         let what = format!("{kind}/{}", raw.metadata.name);
@@ -443,7 +444,7 @@ impl Objects {
                     .spec
                     .get("selector")
                     .and_then(|s| s.get("matchLabels"))
-                    .map(|m| serde_yaml::from_value(m.clone()))
+                    .map(|m| yaml::from_value(m.clone()))
                     .transpose()
                     .map_err(|e| LabError::Manifest(format!("{what}: selector: {e}")))?
                     .unwrap_or_default();

@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
+use yarilo_config::serde_yaml as yaml;
 
 use anyhow::{anyhow, bail, Context};
 use tokio::sync::watch;
@@ -51,7 +52,7 @@ pub fn render(s: &Scenario, root: &Path) -> anyhow::Result<Objects> {
             let chart = scenario::repo_path(root, chart);
             let helm = std::env::var("HELM").unwrap_or_else(|_| "helm".into());
             let values = tempfile_path(&format!("values-{}.yaml", r.name));
-            std::fs::write(&values, serde_yaml::to_string(&r.values)?)?;
+            std::fs::write(&values, yaml::to_string(&r.values)?)?;
             let out = std::process::Command::new(&helm)
                 .args(["template", &r.name])
                 .arg(&chart)

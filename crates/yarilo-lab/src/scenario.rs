@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use yarilo_config::serde_yaml as yaml;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -188,7 +189,7 @@ pub struct Release {
     /// Values passed to `helm template` (as a values file).
     #[serde(default)]
     #[schemars(with = "serde_json::Value")]
-    pub values: serde_yaml::Value,
+    pub values: yaml::Value,
     /// Rendered manifests (multi-document YAML), relative to the
     /// repository; instead of `chart`.
     #[serde(default)]
@@ -260,14 +261,14 @@ pub enum Mutation {
         workload: String,
         container: String,
         #[schemars(with = "serde_json::Value")]
-        merge: serde_yaml::Value,
+        merge: yaml::Value,
     },
     /// Merge YAML into a config file held in a ConfigMap key.
     Config {
         config_map: String,
         key: String,
         #[schemars(with = "serde_json::Value")]
-        merge: serde_yaml::Value,
+        merge: yaml::Value,
     },
 }
 
@@ -581,7 +582,7 @@ pub fn load(path: &Path) -> Result<Scenario, LabError> {
 }
 
 pub fn parse(text: &str, path: &Path) -> Result<Scenario, LabError> {
-    let de = serde_yaml::Deserializer::from_str(text);
+    let de = yaml::Deserializer::from_str(text);
     let scenario: Scenario =
         serde_path_to_error::deserialize(de).map_err(|e| LabError::Scenario {
             path: path.to_path_buf(),

@@ -24,6 +24,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
+use yarilo_config::serde_yaml as yaml;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -161,10 +162,10 @@ impl<R: PodRuntime> Cluster<R> {
                 let text = cm.get(key).ok_or_else(|| {
                     LabError::Manifest(format!("mutation: ConfigMap {config_map} has no key {key}"))
                 })?;
-                let mut value: serde_yaml::Value = serde_yaml::from_str(text)
+                let mut value: yaml::Value = yaml::from_str(text)
                     .map_err(|e| LabError::Manifest(format!("{config_map}/{key}: {e}")))?;
                 merge_yaml(&mut value, merge);
-                let out = serde_yaml::to_string(&value)
+                let out = yaml::to_string(&value)
                     .map_err(|e| LabError::Manifest(format!("{config_map}/{key}: {e}")))?;
                 cm.insert(key.clone(), out);
             }
@@ -186,7 +187,7 @@ impl<R: PodRuntime> Cluster<R> {
                 v.persistent_volume_claim = None;
                 v.config_map = None;
                 v.secret = None;
-                v.empty_dir = Some(serde_yaml::Value::Mapping(Default::default()));
+                v.empty_dir = Some(yaml::Value::Mapping(Default::default()));
             }
         }
         for m in &mutations {
@@ -210,10 +211,9 @@ impl<R: PodRuntime> Cluster<R> {
                             "mutation: {workload} has no container {container}"
                         ))
                     })?;
-                let mut v =
-                    serde_yaml::to_value(&*c).map_err(|e| LabError::Manifest(e.to_string()))?;
+                let mut v = yaml::to_value(&*c).map_err(|e| LabError::Manifest(e.to_string()))?;
                 merge_yaml(&mut v, merge);
-                *c = serde_yaml::from_value(v).map_err(|e| {
+                *c = yaml::from_value(v).map_err(|e| {
                     LabError::Manifest(format!("mutation of {workload}/{container}: {e}"))
                 })?;
             }
@@ -1847,9 +1847,9 @@ pub fn write_atomic_dir(dir: &Path, files: &BTreeMap<String, Vec<u8>>, mode: u32
     Ok(())
 }
 
-fn merge_yaml(base: &mut serde_yaml::Value, add: &serde_yaml::Value) {
+fn merge_yaml(base: &mut yaml::Value, add: &yaml::Value) {
     match (base, add) {
-        (serde_yaml::Value::Mapping(b), serde_yaml::Value::Mapping(a)) => {
+        (yaml::Value::Mapping(b), yaml::Value::Mapping(a)) => {
             for (k, v) in a {
                 match b.get_mut(k) {
                     Some(existing) => merge_yaml(existing, v),
