@@ -55,7 +55,7 @@ NetworkPolicy. Call with a dict:
 {{- $volumes := list -}}
 {{- if $tlsSecret }}
 {{- $mounts = list (dict "name" "client-tls" "mountPath" "/etc/yarilo/tls" "readOnly" true) -}}
-{{- $volumes = list (dict "name" "client-tls" "secret" (dict "secretName" $tlsSecret)) -}}
+{{- $volumes = list (dict "name" "client-tls" "secret" (dict "secretName" $tlsSecret "defaultMode" 288)) -}}
 {{- end }}
 {{- $containers := include "yarilo.container" (dict "ctx" $ctx "name" .command "command" .command "telemetryPort" $v.telemetry.port "ports" $ports "values" $l "mounts" $mounts) -}}
 {{ include "yarilo.configMap" (dict "ctx" $ctx "name" (printf "%s-config" $name) "component" $component "file" $file) }}

@@ -109,6 +109,8 @@ The volumes the containers above mount. (dict "ctx" $ "config" CM-name
 - name: internal-tls
   secret:
     secretName: {{ .internalSecret }}
+    # 288 = 0440: yarilo refuses keys others can read; fsGroup gives the group.
+    defaultMode: 288
 {{- end }}
 {{- with .extra }}
 {{ toYaml . }}

@@ -26,7 +26,7 @@ context.
 {{- $env = include "yarilo.redisEnv" (list . "redis") | fromYamlArray -}}
 {{- end -}}
 {{- $mounts := list (dict "name" "users" "mountPath" "/etc/yarilo/passwd" "readOnly" true) -}}
-{{- $volumes := list (dict "name" "users" "secret" (dict "secretName" $usersSecret "items" (list (dict "key" $a.passwdFile.existingSecretKey "path" "users")))) -}}
+{{- $volumes := list (dict "name" "users" "secret" (dict "secretName" $usersSecret "defaultMode" 288 "items" (list (dict "key" $a.passwdFile.existingSecretKey "path" "users")))) -}}
 {{- $containers := include "yarilo.container" (dict "ctx" . "name" "auth" "command" "auth" "telemetryPort" .Values.telemetry.port "ports" (list (dict "name" "auth" "port" 9106)) "env" $env "values" $a "mounts" $mounts) -}}
 {{ include "yarilo.configMap" (dict "ctx" . "name" (printf "%s-config" $name) "component" "auth" "file" $file) }}
 ---

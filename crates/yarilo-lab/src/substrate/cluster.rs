@@ -712,7 +712,13 @@ impl<R: PodRuntime> Cluster<R> {
                     if s.secret_name == name {
                         let dir = self.pod_dir(&pod).join("vol").join(&v.name);
                         let files = select_items(&data, &s.items);
-                        write_atomic_dir(&dir, &files, s.default_mode.unwrap_or(0o644))?;
+                        let ids = RunAs::of(spec.other.get("securityContext"));
+                        write_atomic_dir(
+                            &dir,
+                            &files,
+                            s.default_mode.unwrap_or(0o644),
+                            ids.fs_group,
+                        )?;
                     }
                 }
             }
@@ -931,6 +937,7 @@ impl<R: PodRuntime> Cluster<R> {
     ) -> Result<(Vec<ContainerPlan>, Vec<ContainerPlan>)> {
         let objects = lock(&self.objects).clone();
         let pod_dir = self.pod_dir(pod);
+        let ids = RunAs::of(spec.template.spec.other.get("securityContext"));
         let mut vol_paths: BTreeMap<String, PathBuf> = BTreeMap::new();
         for v in &spec.template.spec.volumes {
             let dir = pod_dir.join("vol").join(&v.name);
@@ -948,6 +955,7 @@ impl<R: PodRuntime> Cluster<R> {
                     &dir,
                     &select_items(&data, &cm.items),
                     cm.default_mode.unwrap_or(0o644),
+                    ids.fs_group,
                 )?;
             } else if let Some(s) = &v.secret {
                 let data = objects
@@ -959,6 +967,7 @@ impl<R: PodRuntime> Cluster<R> {
                     &dir,
                     &select_items(&data, &s.items),
                     s.default_mode.unwrap_or(0o644),
+                    ids.fs_group,
                 )?;
             } else if let Some(c) = &v.persistent_volume_claim {
                 let d = self.dir.join("claims").join(&c.claim_name);
@@ -1086,7 +1095,10 @@ impl<R: PodRuntime> Cluster<R> {
                     read_only: m.read_only,
                 });
             }
+            let run_as = ids.with(c.other.get("securityContext"));
             Ok(ContainerPlan {
+                user: run_as.user(),
+                group_add: run_as.fs_group.into_iter().collect(),
                 name: c.name.clone(),
                 image: c.image.clone(),
                 command: c.command.iter().map(|s| expand(s, &env)).collect(),
@@ -1796,6 +1808,47 @@ fn select_items(
         .collect()
 }
 
+/// The identities a pod's `securityContext` asks for (pod level, then a
+/// container's own): the lab honours `runAsUser`, `runAsGroup` and
+/// `fsGroup` (a supplementary group that owns ConfigMap/Secret files), so
+/// file modes behave as they do under a kubelet.
+#[derive(Debug, Clone, Copy, Default)]
+struct RunAs {
+    user: Option<u32>,
+    group: Option<u32>,
+    fs_group: Option<u32>,
+}
+
+impl RunAs {
+    fn of(ctx: Option<&yaml::Value>) -> Self {
+        Self::default().with(ctx)
+    }
+
+    fn with(self, ctx: Option<&yaml::Value>) -> Self {
+        let get = |k: &str| {
+            ctx.and_then(|c| c.get(k))
+                .and_then(|v| v.as_u64())
+                .and_then(|v| u32::try_from(v).ok())
+        };
+        Self {
+            user: get("runAsUser").or(self.user),
+            group: get("runAsGroup").or(self.group),
+            fs_group: get("fsGroup").or(self.fs_group),
+        }
+    }
+
+    /// Docker's `--user`: `uid[:gid]`, or the image's own user.
+    fn user(&self) -> Option<String> {
+        match (self.user, self.group) {
+            (Some(u), Some(g)) => Some(format!("{u}:{g}")),
+            (Some(u), None) => Some(u.to_string()),
+            // A group alone keeps the image's user: Docker needs a name
+            // or uid first, and the kubelet does the same.
+            (None, _) => None,
+        }
+    }
+}
+
 fn make_shared_dir(d: &Path) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(d).map_err(LabError::io(d))?;
@@ -1805,8 +1858,20 @@ fn make_shared_dir(d: &Path) -> Result<()> {
 /// Writes files as the kubelet lays out a ConfigMap/Secret volume:
 /// `..<stamp>/<key>`, `..data` → `..<stamp>`, `<key>` → `..data/<key>`;
 /// an update swaps `..data` with one rename.
-pub fn write_atomic_dir(dir: &Path, files: &BTreeMap<String, Vec<u8>>, mode: u32) -> Result<()> {
+/// With an `fsGroup`, files belong to that group and the group may read
+/// them, as the kubelet's volume ownership does.
+pub fn write_atomic_dir(
+    dir: &Path,
+    files: &BTreeMap<String, Vec<u8>>,
+    mode: u32,
+    fs_group: Option<u32>,
+) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
+    let mode = if fs_group.is_some() {
+        mode | 0o040
+    } else {
+        mode
+    };
     std::fs::create_dir_all(dir).map_err(LabError::io(dir))?;
     let stamp = format!(
         "..{}",
@@ -1823,6 +1888,9 @@ pub fn write_atomic_dir(dir: &Path, files: &BTreeMap<String, Vec<u8>>, mode: u32
             std::fs::create_dir_all(parent).map_err(LabError::io(parent))?;
         }
         std::fs::write(&p, v).map_err(LabError::io(&p))?;
+        if let Some(g) = fs_group {
+            std::os::unix::fs::chown(&p, None, Some(g)).map_err(LabError::io(&p))?;
+        }
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))
             .map_err(LabError::io(&p))?;
     }
@@ -1908,14 +1976,38 @@ mod tests {
     }
 
     #[test]
+    fn security_context_gives_user_groups_and_group_readable_secrets() {
+        use std::os::unix::fs::MetadataExt;
+        let pod: yaml::Value =
+            yaml::from_str("{runAsUser: 65532, runAsGroup: 65532, fsGroup: 4242}").unwrap();
+        let container: yaml::Value = yaml::from_str("{runAsUser: 1000}").unwrap();
+        let ids = RunAs::of(Some(&pod));
+        assert_eq!(ids.user().as_deref(), Some("65532:65532"));
+        assert_eq!(
+            ids.with(Some(&container)).user().as_deref(),
+            Some("1000:65532")
+        );
+        assert_eq!(RunAs::of(None).user(), None);
+        assert_eq!(ids.fs_group, Some(4242));
+
+        let d = tempfile::tempdir().unwrap();
+        let mut files = BTreeMap::new();
+        files.insert("tls.key".to_string(), b"k".to_vec());
+        write_atomic_dir(d.path(), &files, 0o400, ids.fs_group).unwrap();
+        let m = std::fs::metadata(d.path().join("tls.key")).unwrap();
+        assert_eq!(m.mode() & 0o777, 0o440, "the kubelet adds group read");
+        assert_eq!(m.gid(), 4242);
+    }
+
+    #[test]
     fn secret_volumes_swap_atomically() {
         let d = tempfile::tempdir().unwrap();
         let mut files = BTreeMap::new();
         files.insert("tls.crt".to_string(), b"one".to_vec());
-        write_atomic_dir(d.path(), &files, 0o644).unwrap();
+        write_atomic_dir(d.path(), &files, 0o644, None).unwrap();
         assert_eq!(std::fs::read(d.path().join("tls.crt")).unwrap(), b"one");
         files.insert("tls.crt".to_string(), b"two".to_vec());
-        write_atomic_dir(d.path(), &files, 0o644).unwrap();
+        write_atomic_dir(d.path(), &files, 0o644, None).unwrap();
         assert_eq!(std::fs::read(d.path().join("tls.crt")).unwrap(), b"two");
         let stamps = std::fs::read_dir(d.path())
             .unwrap()

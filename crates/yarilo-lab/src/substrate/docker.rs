@@ -363,10 +363,13 @@ impl PodRuntime for DockerRuntime {
             cmd: (!plan.args.is_empty()).then(|| plan.args.clone()),
             env: Some(plan.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             working_dir: plan.working_dir.clone(),
+            user: plan.user.clone(),
             labels: Some(l),
             host_config: Some(HostConfig {
                 network_mode: Some(format!("container:{sandbox}")),
                 binds: Some(binds),
+                group_add: (!plan.group_add.is_empty())
+                    .then(|| plan.group_add.iter().map(|g| g.to_string()).collect()),
                 ..Default::default()
             }),
             ..Default::default()

@@ -71,6 +71,10 @@ pub struct ContainerPlan {
     pub env: Vec<(String, String)>,
     pub mounts: Vec<Mount>,
     pub working_dir: Option<String>,
+    /// `uid[:gid]` from the securityContext; `None`: the image's user.
+    pub user: Option<String>,
+    /// Supplementary groups (the pod's fsGroup).
+    pub group_add: Vec<u32>,
 }
 
 #[derive(Debug, Clone)]
