@@ -594,3 +594,28 @@ fn part_structure_is_the_nested_bodystructure_of_one_part() {
     assert_eq!(one(&[4]), None);
     assert_eq!(one(&[2, 1]), None);
 }
+
+#[test]
+fn address_search_matches_the_parsed_addresses() {
+    let h = crlf("From: <user-from (comment)@ (comment) domain.org>\nTo: undisclosed: a@example.org, \"B Person\" <b@example.net>;\nCc: =?UTF-8?Q?J=C3=B6rg?= <j@x.example>\nBcc: hidden@\n example.com\n\n");
+    assert!(address_matches(&h, "From", "user-from@domain.org"));
+    assert!(!address_matches(&h, "From", "comment"));
+    assert!(address_matches(&h, "To", "a@example.org"));
+    assert!(address_matches(&h, "To", "B Person <b@example.net>"));
+    assert!(address_matches(&h, "To", "undisclosed"));
+    assert!(address_matches(&h, "Cc", "jörg <j@"));
+    assert!(address_matches(&h, "Bcc", "hidden@example.com"));
+    assert!(!address_matches(&h, "Cc", "a@example.org"));
+    // Nothing that parses as an address: the text as written.
+    let h = crlf("From: ;;;\n\n");
+    assert!(address_matches(&h, "From", ";;"));
+}
+
+#[test]
+fn envelope_skips_comments_before_the_domain() {
+    let h = crlf("From: <user-from (comment)@ (comment) domain.org>\n\n");
+    assert_eq!(
+        env(&h),
+        r#"(NIL NIL ((NIL NIL "user-from" "domain.org")) ((NIL NIL "user-from" "domain.org")) ((NIL NIL "user-from" "domain.org")) NIL NIL NIL NIL NIL)"#
+    );
+}
