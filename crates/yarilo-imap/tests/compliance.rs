@@ -594,3 +594,84 @@ async fn sort_cc_and_displayto() {
     let r = a.cmd("o4 SORT (DISPLAYTO) UTF-8 ALL").await;
     assert_eq!(r, vec!["* SORT 2 1", "o4 OK Sort completed."]);
 }
+
+/// Load figure for concurrent expunges (not part of the normal run):
+/// `cargo test -p yarilo-imap --test compliance -- --ignored --nocapture`.
+/// Sessions of one user FETCH (by sequence number and by UID) while
+/// others append, STORE \Deleted and EXPUNGE; every tagged NO is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn concurrent_expunges_under_load() {
+    let s = common::start().await;
+    let mut setup = Raw::login(s.addr, USER).await;
+    for i in 0..40 {
+        append(
+            &mut setup,
+            "INBOX",
+            &format!("Subject: s{i}\r\n\r\nbody {i}\r\n"),
+        )
+        .await;
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let stop = stop.clone();
+        let addr = s.addr;
+        tasks.push(tokio::spawn(async move {
+            let mut c = Raw::login(addr, USER).await;
+            c.cmd("w0 SELECT INBOX").await;
+            let (mut sent, mut no) = (0u32, Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let cmd = if sent % 2 == w % 2 {
+                    "f1 FETCH 1:* (FLAGS BODY.PEEK[HEADER.FIELDS (SUBJECT FROM)])"
+                } else {
+                    "f1 UID FETCH 1:* (FLAGS ENVELOPE)"
+                };
+                let r = c.cmd(cmd).await;
+                sent += 1;
+                let last = r.last().cloned().unwrap_or_default();
+                if !last.starts_with("f1 OK") {
+                    no.push(last);
+                }
+                c.cmd("f2 NOOP").await;
+            }
+            (sent, no)
+        }));
+    }
+    for _ in 0..2 {
+        let stop = stop.clone();
+        let addr = s.addr;
+        tasks.push(tokio::spawn(async move {
+            let mut c = Raw::login(addr, USER).await;
+            c.cmd("d0 SELECT INBOX").await;
+            let mut n = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                append(
+                    &mut c,
+                    "INBOX",
+                    &format!("Subject: n{n}\r\n\r\nnew {n}\r\n"),
+                )
+                .await;
+                c.cmd("d1 STORE 1 +FLAGS.SILENT (\\Deleted)").await;
+                c.cmd("d2 EXPUNGE").await;
+                n += 1;
+            }
+            (n, Vec::new())
+        }));
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut fetches, mut failed) = (0u32, Vec::new());
+    for (i, t) in tasks.into_iter().enumerate() {
+        let (n, no) = t.await.unwrap();
+        if i < 8 {
+            fetches += n;
+            failed.extend(no);
+        }
+    }
+    println!(
+        "{fetches} FETCH/UID FETCH commands, {} not OK: {failed:?}",
+        failed.len()
+    );
+    assert!(failed.is_empty(), "{failed:?}");
+}
