@@ -581,7 +581,8 @@ async fn sort_cc_and_displayto() {
         assert_eq!(r, vec![want, "o1 OK Sort completed."], "{cmd}");
     }
     // The addr-spec a DISPLAYTO key falls back to is the parsed one:
-    // comments around the `@` do not hide the domain.
+    // comments around the `@` do not hide the domain, and ENVELOPE's
+    // MISSING_DOMAIN placeholder is not part of it.
     a.cmd("o2 CREATE Disp").await;
     append(&mut a, "Disp", "To: user-to@e.org\r\n\r\nb\r\n").await;
     append(
@@ -590,9 +591,11 @@ async fn sort_cc_and_displayto() {
         "To: <user-to (comment)@ (comment) domain.org>\r\n\r\nb\r\n",
     )
     .await;
+    // No domain at all: the local part alone, not a placeholder.
+    append(&mut a, "Disp", "To: user-to\r\n\r\nb\r\n").await;
     a.cmd("o3 SELECT Disp").await;
     let r = a.cmd("o4 SORT (DISPLAYTO) UTF-8 ALL").await;
-    assert_eq!(r, vec!["* SORT 2 1", "o4 OK Sort completed."]);
+    assert_eq!(r, vec!["* SORT 3 2 1", "o4 OK Sort completed."]);
 }
 
 /// Load figure for concurrent expunges (not part of the normal run):

@@ -51,6 +51,18 @@ pub(crate) fn envelope(header: &[u8]) -> Envelope {
     }
 }
 
+/// `a` with the `MISSING_MAILBOX` / `MISSING_DOMAIN` placeholders of
+/// ENVELOPE taken out again.
+pub(crate) fn without_placeholders(mut a: Address) -> Address {
+    if a.mailbox.as_deref() == Some(MISSING_MAILBOX) {
+        a.mailbox = None;
+    }
+    if a.host.as_deref() == Some(MISSING_DOMAIN) {
+        a.host = None;
+    }
+    a
+}
+
 /// The text SEARCH FROM/TO/CC/BCC match against (RFC 9051 §6.4.4, as
 /// Dovecot): the parsed list written back canonically, so comments and
 /// folding inside an addr-spec are gone, groups show their members, and

@@ -160,12 +160,15 @@ pub fn header_raw(header: &[u8], field: &str) -> Option<Vec<u8>> {
 
 /// The first address of an address field, skipping group markers (RFC
 /// 5256 §3 "first From address"; RFC 5957 §3). The display name is
-/// raw: decode it with [`decode_words`].
+/// raw: decode it with [`decode_words`]. A missing local part or domain
+/// is `None` here (not ENVELOPE's `MISSING_*` placeholders), so sort keys
+/// hold only what the message says.
 pub fn first_address(header: &[u8], field: &str) -> Option<yarilo_imap_proto::response::Address> {
     let f = header::first(header, field)?;
     address::parse_list(&f.unfolded())
         .into_iter()
         .find(|a| a.host.is_some())
+        .map(address::without_placeholders)
 }
 
 /// RFC 2047 encoded-words decoded (an address display name, RFC 5957 §3

@@ -572,6 +572,18 @@ fn sort_helpers_decode_and_pick_the_first_address() {
     );
     assert!(crate::first_address(h, "To").is_none());
     assert!(crate::header_text(h, "Cc").is_none());
+    // No ENVELOPE placeholders in what sort keys are made of.
+    let h = b"To: user (Name)\r\nCc: @only.example\r\n\r\n";
+    let a = crate::first_address(h, "To").unwrap();
+    assert_eq!(
+        (a.mailbox.as_deref(), a.host.as_deref()),
+        (Some(&b"user"[..]), None)
+    );
+    let a = crate::first_address(h, "Cc").unwrap();
+    assert_eq!(
+        (a.mailbox.as_deref(), a.host.as_deref()),
+        (None, Some(&b"only.example"[..]))
+    );
 }
 
 #[test]
