@@ -412,12 +412,22 @@ async fn binary_parts_body_is_base64_binary_is_exact() {
         "{}",
         String::from_utf8_lossy(&r)
     );
+    // The same with a synchronizing literal8 (the data follows the "+").
+    a.send(&format!("b0 APPEND INBOX ~{{{}}}", msg.len())).await;
+    assert!(a.line().await.starts_with('+'));
+    let r = a.cmd_bytes("b0", &msg).await;
+    assert!(
+        r.starts_with(b"b0 OK [APPENDUID "),
+        "{}",
+        String::from_utf8_lossy(&r)
+    );
     a.cmd("b2 SELECT INBOX").await;
-    let r = a.cmd("b3 FETCH 1 (BINARY.SIZE[1] RFC822.SIZE)").await;
+    let r = a.cmd("b3 FETCH 1:2 (BINARY.SIZE[1] RFC822.SIZE)").await;
     assert_eq!(
         r,
         vec![
             format!("* 1 FETCH (BINARY.SIZE[1] 7 RFC822.SIZE {})", msg.len()),
+            format!("* 2 FETCH (BINARY.SIZE[1] 7 RFC822.SIZE {})", msg.len()),
             "b3 OK Fetch completed.".to_string()
         ]
     );
