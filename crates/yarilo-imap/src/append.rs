@@ -4,7 +4,7 @@
 //! the end of the command (MULTIAPPEND is all-or-nothing). The tagged OK
 //! is sent after the store says the messages are durable.
 
-use yarilo_imap_proto::command::{AppendData, AppendMessage};
+use yarilo_imap_proto::command::{AppendData, AppendMessage, CatPart};
 use yarilo_imap_proto::response::{Code, Response};
 use yarilo_imap_proto::{AppendEvent, AppendKind, DateTime, Flag, Mailbox, SequenceSet};
 use yarilo_store::AppendOptions;
@@ -316,8 +316,23 @@ impl Session {
         for m in messages {
             let data = match m.data {
                 AppendData::Literal { data, .. } | AppendData::Utf8(data) => data,
-                AppendData::Catenate(_) => {
-                    return Response::bad(Some(tag.to_string()), None, "CATENATE is not supported.")
+                // RFC 4469 §5: an unresolvable URL fails the whole
+                // command with NO [BADURL], nothing appended.
+                AppendData::Catenate(parts) => {
+                    let mut data = Vec::new();
+                    for part in parts {
+                        match part {
+                            CatPart::Text(t) => data.extend_from_slice(&t),
+                            CatPart::Url(url) => match self.catenate_url(tag, &url).await {
+                                Ok(b) => data.extend_from_slice(&b),
+                                Err(r) => return r,
+                            },
+                        }
+                        if data.len() as u64 > self.server.settings.append_limit {
+                            return Response::no(tag, Some(Code::TooBig), "Message too large.");
+                        }
+                    }
+                    data
                 }
             };
             if data.len() as u64 > self.server.settings.append_limit {

@@ -63,13 +63,10 @@ fn sets_seen(a: &FetchAttr) -> bool {
 }
 
 /// Bare LF → CRLF, as IMAP requires on the wire (Maildir files written by
-/// Dovecot use LF). Borrowed when already CRLF.
+/// Dovecot use LF). A message stored with CRLF is returned as it is: a
+/// bare LF inside it is content (a `binary` part, RFC 3516).
 pub(crate) fn crlf(raw: Vec<u8>) -> Vec<u8> {
-    let bare = raw
-        .iter()
-        .enumerate()
-        .any(|(i, &b)| b == b'\n' && (i == 0 || raw.get(i - 1) != Some(&b'\r')));
-    if !bare {
+    if !yarilo_store::filename::lf_line_ends(&raw) {
         return raw;
     }
     let mut out = Vec::with_capacity(raw.len() + raw.len() / 32);
@@ -82,6 +79,15 @@ pub(crate) fn crlf(raw: Vec<u8>) -> Vec<u8> {
         prev = b;
     }
     out
+}
+
+/// BODY[] (`text` None) or BODY[TEXT] of a message.
+fn whole(full: &[u8], text: Option<SectionText>) -> Vec<u8> {
+    let section = Section {
+        part: Vec::new(),
+        text,
+    };
+    yarilo_mime::section(full, &section).unwrap_or_default()
 }
 
 pub(crate) fn apply_partial(data: Vec<u8>, p: Option<Partial>) -> Vec<u8> {
@@ -107,10 +113,12 @@ struct Loaded {
     full: Option<Vec<u8>>,
 }
 
-/// Loads what `need` asks for of each UID, in order; `None` for a
-/// message that is gone.
+/// Loads what `need` asks for of each UID, in order, as the session's
+/// `view` knows the messages (one expunged by another session since is
+/// still served while it can be read); `None` for a message that is gone.
 async fn load_many(
     mailbox: &Mailbox,
+    view: &Arc<MailboxView>,
     uids: &[u32],
     need: Need,
 ) -> Result<Vec<Option<Loaded>>, StoreError> {
@@ -125,7 +133,7 @@ async fn load_many(
             })
             .collect(),
         Need::Header => mailbox
-            .read_headers(uids)
+            .read_headers_in(view.clone(), uids)
             .await?
             .into_iter()
             .map(|(_, h)| {
@@ -136,7 +144,7 @@ async fn load_many(
             })
             .collect(),
         Need::Full => mailbox
-            .read_messages(uids)
+            .read_messages_in(view.clone(), uids)
             .await?
             .into_iter()
             .map(|(_, m)| {
@@ -208,7 +216,7 @@ impl Session {
             attrs.insert(0, FetchAttr::Uid);
         }
         if modifiers.changed_since.is_some() || attrs.contains(&FetchAttr::ModSeq) {
-            self.enabled.condstore = true;
+            crate::session::condstore_on(&mut self.enabled, &mut self.conn, Some(sel));
             if !attrs.contains(&FetchAttr::ModSeq) {
                 attrs.push(FetchAttr::ModSeq);
             }
@@ -216,6 +224,9 @@ impl Session {
         let mailbox = sel.mailbox.clone();
         let read_only = sel.read_only;
         let mut view: Arc<MailboxView> = sel.view.clone();
+        // Messages expunged elsewhere whose EXPUNGE the client has not had
+        // yet are still its messages: they are served from this view.
+        let shown = sel.before_expunge.clone().unwrap_or_else(|| view.clone());
         if let Some(cs) = modifiers.changed_since {
             if modifiers.vanished {
                 let uids_in_set = |u: u32| set.contains(u, sel.highest_uid().max(u));
@@ -253,6 +264,9 @@ impl Session {
                         seen_set.sort_unstable();
                         view = mailbox.view();
                     }
+                    // Expunged meanwhile (the store retried once): the
+                    // fetch goes on without \Seen for what is gone.
+                    Err(StoreError::NoMessage(_)) => {}
                     Err(e) => return Ok(store_no(tag, &e)),
                 }
             }
@@ -267,20 +281,27 @@ impl Session {
         };
         for chunk in targets.chunks(batch) {
             let uids: Vec<u32> = chunk.iter().map(|(_, u)| *u).collect();
-            let mut contents = match load_many(&mailbox, &uids, need).await {
+            let mut contents = match load_many(&mailbox, &shown, &uids, need).await {
                 Ok(c) => c.into_iter(),
                 Err(e) => return Ok(store_no(tag, &e)),
             };
             for &(msn, uid_) in chunk {
                 let loaded = contents.next().flatten();
-                let (Some(rec), Some(loaded)) = (view.by_uid(uid_), loaded) else {
+                // Flags from the newest view; a message expunged since is
+                // described as the client last saw it.
+                let rec_view = if view.by_uid(uid_).is_some() {
+                    &view
+                } else {
+                    &shown
+                };
+                let (Some(rec), Some(loaded)) = (rec_view.by_uid(uid_), loaded) else {
                     missing = true;
                     continue;
                 };
                 let recent = self.selected.as_ref().is_some_and(|s| s.is_recent(uid_));
                 let mut items = Vec::with_capacity(attrs.len() + 1);
                 for a in &attrs {
-                    match self.item(a, &view, rec, recent, &loaded) {
+                    match self.item(a, rec_view, rec, recent, &loaded) {
                         Ok(Some(i)) => items.push(i),
                         Ok(None) => {}
                         Err(ItemError::UnknownCte) => {
@@ -334,14 +355,14 @@ impl Session {
             FetchAttr::BodyStructure => {
                 FetchItem::BodyStructure(Box::new(yarilo_mime::body_structure(m.full())))
             }
-            FetchAttr::Rfc822 => FetchItem::Rfc822(Some(Bytes::copy_from_slice(m.full()))),
+            // RFC822 and RFC822.TEXT are BODY[] and BODY[TEXT]: `binary`
+            // parts 7-bit safe the same way.
+            FetchAttr::Rfc822 => FetchItem::Rfc822(Some(Bytes::from(whole(m.full(), None)))),
             FetchAttr::Rfc822Header => {
                 FetchItem::Rfc822Header(Some(Bytes::copy_from_slice(m.header())))
             }
             FetchAttr::Rfc822Text => {
-                let full = m.full();
-                let body = full.get(header_of(full).len()..).unwrap_or_default();
-                FetchItem::Rfc822Text(Some(Bytes::copy_from_slice(body)))
+                FetchItem::Rfc822Text(Some(Bytes::from(whole(m.full(), Some(SectionText::Text)))))
             }
             FetchAttr::BodySection {
                 section, partial, ..
@@ -392,6 +413,7 @@ mod tests {
     fn crlf_conversion() {
         assert_eq!(crlf(b"a\nb\r\nc\n".to_vec()), b"a\r\nb\r\nc\r\n".to_vec());
         assert_eq!(crlf(b"a\r\n".to_vec()), b"a\r\n".to_vec());
+        assert_eq!(crlf(b"a\r\nb\nc".to_vec()), b"a\r\nb\nc".to_vec());
         assert_eq!(header_of(b"A: b\r\n\r\nbody"), b"A: b\r\n\r\n");
         assert_eq!(header_of(b"\r\nbody"), b"\r\n");
         assert_eq!(save_date("1700000000.M1P2.host"), Some(1_700_000_000));

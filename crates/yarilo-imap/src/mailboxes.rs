@@ -38,6 +38,15 @@ fn untagged_ok(code: Code, text: &str) -> Response {
 impl Session {
     /// Client name → store name, or the NO to send.
     pub(crate) fn store_name(&self, tag: &str, m: &Mailbox) -> Result<String, Response> {
+        if m.is_undecodable() {
+            // A name that is not valid mUTF-7 / UTF-8 is still a valid
+            // astring; no mailbox can have it (as Dovecot answers).
+            return Err(Response::no(
+                tag,
+                Some(Code::NonExistent),
+                "Mailbox doesn't exist.",
+            ));
+        }
         let mut name = m.as_str();
         if self.server.settings.tb_extra_mailbox_sep {
             // Some Thunderbird versions append the separator to names.
@@ -77,7 +86,7 @@ impl Session {
         };
         let mailbox = match store.open(&name).await {
             Ok(m) => m,
-            Err(e) => return store_no(tag, &e),
+            Err(e) => return open_no(tag, &e),
         };
         let view = match mailbox.refresh().await {
             Ok(v) => v,
@@ -92,15 +101,15 @@ impl Session {
         sel.view = view.clone();
         sel.uids = view.uids();
         sel.keywords = view.keyword_names();
-        if !read_only {
-            let floor = recent_floor(&view);
-            if let Some(first) = self
-                .server
-                .recent
-                .claim(&user, &name, sel.highest_uid(), floor)
-            {
-                sel.recent = sel.uids.iter().copied().filter(|&u| u >= first).collect();
-            }
+        let floor = recent_floor(&view);
+        let recent = &self.server.recent;
+        let first = if read_only {
+            recent.peek(&user, &name, sel.highest_uid(), floor)
+        } else {
+            recent.claim(&user, &name, sel.highest_uid(), floor)
+        };
+        if let Some(first) = first {
+            sel.recent = sel.uids.iter().copied().filter(|&u| u >= first).collect();
         }
         self.conn
             .send(&Response::Data(Data::Flags(sel.flag_list())));
@@ -270,7 +279,7 @@ impl Session {
         while imap_name.ends_with(self.names.imap) {
             imap_name.pop();
         }
-        if imap_name.is_empty() {
+        if imap_name.is_empty() || mailbox.is_undecodable() {
             return Response::no(tag, Some(Code::Cannot), "Invalid mailbox name.");
         }
         if mailbox.is_inbox() {
@@ -330,6 +339,9 @@ impl Session {
         let Some(store) = self.user_store() else {
             return Response::bad(Some(tag.to_string()), None, "Please log in first.");
         };
+        if to.is_undecodable() && !from.is_undecodable() {
+            return Response::no(tag, Some(Code::Cannot), "Invalid mailbox name.");
+        }
         let (a, b) = match (self.store_name(tag, &from), self.store_name(tag, &to)) {
             (Ok(a), Ok(b)) => (a, b),
             (Err(r), _) | (_, Err(r)) => return r,
@@ -493,7 +505,10 @@ impl Session {
                 attrs.push(s.to_string());
             }
             let mut extended = Vec::new();
-            if childinfo || (recursive && node.subscribed_child) {
+            // RFC 5258 §3.5: CHILDINFO tells why a mailbox that does not
+            // match the selection itself is listed; one that matches
+            // (subscribed) gets none, whatever its children.
+            if childinfo {
                 extended.push(ListExtended::ChildInfo(vec!["SUBSCRIBED".into()]));
             }
             if !emitted.insert(name.clone()) {
@@ -565,6 +580,18 @@ impl Session {
             })));
         }
         Response::ok(tag, None, "Lsub completed.")
+    }
+}
+
+/// The NO for a mailbox that could not be opened. A name the store
+/// cannot hold (`~foo`, `a/../b`) names no mailbox: `NONEXISTENT`, as
+/// Dovecot answers, rather than a complaint about the name.
+pub(crate) fn open_no(tag: &str, e: &yarilo_store::StoreError) -> Response {
+    match e {
+        yarilo_store::StoreError::Name(_) => {
+            Response::no(tag, Some(Code::NonExistent), "Mailbox doesn't exist.")
+        }
+        _ => store_no(tag, e),
     }
 }
 

@@ -31,7 +31,7 @@ impl Session {
             Err(e) => return Response::bad(Some(tag.to_string()), None, e),
         };
         if s.unchanged_since.is_some() {
-            self.enabled.condstore = true;
+            crate::session::condstore_on(&mut self.enabled, &mut self.conn, Some(sel));
         }
         let op = match s.mode {
             StoreMode::Add => FlagOp::Add,

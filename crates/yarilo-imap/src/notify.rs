@@ -203,9 +203,15 @@ impl Session {
                     return Response::no(tag, Some(Code::BadEvent(list)), "Unsupported event.")
                 }
             };
-            // RFC 5465 §5: MessageNew and MessageExpunge go together, and
-            // FlagChange needs both.
-            if (w.new != w.expunge) || (w.flags && !w.new) {
+            // RFC 5465 §5: for the selected mailbox MessageNew and
+            // MessageExpunge go together, and FlagChange needs both (the
+            // client's message numbers depend on it). Other mailboxes are
+            // reported by STATUS, where each event alone makes sense.
+            let selected = matches!(
+                g.filter,
+                NotifyFilter::Selected | NotifyFilter::SelectedDelayed
+            );
+            if selected && ((w.new != w.expunge) || (w.flags && !w.new)) {
                 return Response::bad(
                     Some(tag.to_string()),
                     None,
@@ -346,7 +352,7 @@ impl Session {
             }
         }
         let todo = merged;
-        for (store_name, flags) in todo {
+        for (store_name, _flags) in todo {
             if selected
                 .as_deref()
                 .is_some_and(|r| r.ends_with(&format!(":{store_name}")))
@@ -361,18 +367,20 @@ impl Session {
             else {
                 continue;
             };
+            // What each event implies (RFC 5465 §5.2-5.4, as Dovecot):
+            // MessageExpunge → MESSAGES; MessageNew → MESSAGES UIDNEXT
+            // UIDVALIDITY; FlagChange → UIDVALIDITY HIGHESTMODSEQ.
             let mut items = Vec::new();
             if w.new || w.expunge {
-                items.extend([
-                    StatusItem::Messages,
-                    StatusItem::UidNext,
-                    StatusItem::UidValidity,
-                ]);
+                items.push(StatusItem::Messages);
             }
-            if w.flags && flags {
-                items.push(StatusItem::Unseen);
+            if w.new {
+                items.push(StatusItem::UidNext);
             }
-            if self.enabled.condstore {
+            if w.new || w.flags {
+                items.push(StatusItem::UidValidity);
+            }
+            if w.flags || self.enabled.condstore {
                 items.push(StatusItem::HighestModSeq);
             }
             if items.is_empty() {

@@ -39,6 +39,18 @@ impl RecentTracker {
         }
     }
 
+    /// The first UID a claim would take now (`None`: nothing would be
+    /// claimed), taking nothing: EXAMINE shows `\Recent` without removing
+    /// it from the next SELECT (RFC 3501 §6.3.2).
+    pub fn peek(&self, user: &str, mailbox: &str, highest_uid: u32, floor: u32) -> Option<u32> {
+        let map = self.claimed.lock().unwrap_or_else(|p| p.into_inner());
+        let claimed = map
+            .get(&(user.to_string(), mailbox.to_string()))
+            .copied()
+            .unwrap_or(floor);
+        (highest_uid > claimed).then_some(claimed + 1)
+    }
+
     /// The highest UID claimed in this mailbox, if any session claimed
     /// (STATUS RECENT of a mailbox nobody has selected counts above it).
     pub fn claimed(&self, user: &str, mailbox: &str) -> Option<u32> {
@@ -77,5 +89,9 @@ mod tests {
         assert_eq!(t.claim("u", "INBOX", 5, 0), None);
         assert_eq!(t.claim("u", "INBOX", 7, 0), Some(6));
         assert_eq!(t.claim("u", "Other", 2, 2), None);
+        assert_eq!(t.peek("u", "INBOX", 9, 0), Some(8));
+        assert_eq!(t.peek("u", "INBOX", 9, 0), Some(8));
+        assert_eq!(t.peek("u", "New", 4, 1), Some(2));
+        assert_eq!(t.claim("u", "New", 4, 1), Some(2));
     }
 }

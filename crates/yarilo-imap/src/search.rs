@@ -129,10 +129,10 @@ fn eval(k: &SearchKey, m: &Msg<'_>, c: &Ctx<'_>) -> bool {
             yarilo_imap_proto::SequenceSet::Saved => c.saved.binary_search(&m.rec.uid).is_ok(),
             s => s.contains(m.msn, c.exists),
         },
-        From(s) => yarilo_mime::header_matches(m.header, "From", &text(s)),
-        To(s) => yarilo_mime::header_matches(m.header, "To", &text(s)),
-        Cc(s) => yarilo_mime::header_matches(m.header, "Cc", &text(s)),
-        Bcc(s) => yarilo_mime::header_matches(m.header, "Bcc", &text(s)),
+        From(s) => yarilo_mime::address_matches(m.header, "From", &text(s)),
+        To(s) => yarilo_mime::address_matches(m.header, "To", &text(s)),
+        Cc(s) => yarilo_mime::address_matches(m.header, "Cc", &text(s)),
+        Bcc(s) => yarilo_mime::address_matches(m.header, "Bcc", &text(s)),
         Subject(s) => yarilo_mime::header_matches(m.header, "Subject", &text(s)),
         Header(name, s) => yarilo_mime::header_matches(m.header, name, &text(s)),
         Body(s) => yarilo_mime::body_contains(m.full, &text(s)),
@@ -144,8 +144,11 @@ fn eval(k: &SearchKey, m: &Msg<'_>, c: &Ctx<'_>) -> bool {
     }
 }
 
+/// The Date: header's own calendar day (RFC 9051 §6.4.4: time and zone
+/// disregarded); without a parsable Date:, INTERNALDATE's (as RFC 5256 §2.2
+/// has for the sent date, and Dovecot does).
 fn sent_day(m: &Msg<'_>) -> Option<i64> {
-    yarilo_mime::sent_date(m.header).map(day_of)
+    Some(yarilo_mime::sent_day(m.header).unwrap_or_else(|| day_of(m.rec.internal_date)))
 }
 
 fn saved_day(m: &Msg<'_>) -> Option<i64> {
@@ -366,7 +369,7 @@ impl Session {
         let key = SearchKey::And(s.keys.clone());
         let modseq_used = uses_modseq(&key);
         if modseq_used {
-            self.enabled.condstore = true;
+            crate::session::condstore_on(&mut self.enabled, &mut self.conn, Some(sel));
         }
         let header_too = algorithm.is_some() || criteria.as_deref().is_some_and(needs_header);
         // The header facts come from the cache when only SORT/THREAD needs
@@ -554,7 +557,40 @@ impl Session {
                 SearchReturn::Save | SearchReturn::Update | SearchReturn::Context => {}
             }
         }
-        if let Some(m) = max_modseq {
+        // RFC 7162 §3.1.5: with MIN and/or MAX as the only result options,
+        // MODSEQ is that of the message(s) they return, not of the whole set.
+        let min_max_only = items_wanted
+            .iter()
+            .filter(|r| produces(r))
+            .all(|r| matches!(r, SearchReturn::Min | SearchReturn::Max));
+        let modseq = if max_modseq.is_some() && min_max_only {
+            let num = |h: &Hit| if s.uid { h.uid } else { h.msn };
+            let pick = |max: bool| {
+                if sorting {
+                    if max {
+                        hits.last()
+                    } else {
+                        hits.first()
+                    }
+                } else if max {
+                    hits.iter().max_by_key(|h| num(h))
+                } else {
+                    hits.iter().min_by_key(|h| num(h))
+                }
+            };
+            items_wanted
+                .iter()
+                .filter_map(|r| match r {
+                    SearchReturn::Min => pick(false),
+                    SearchReturn::Max => pick(true),
+                    _ => None,
+                })
+                .map(|h| h.modseq)
+                .max()
+        } else {
+            max_modseq
+        };
+        if let Some(m) = modseq {
             items.push(ESearchItem::ModSeq(m));
         }
         // RFC 5182 §2.4: RETURN (SAVE) alone produces no ESEARCH.

@@ -28,6 +28,10 @@ pub(crate) struct Selected {
     pub uids: Vec<u32>,
     /// The store state the client has been told about.
     pub view: Arc<MailboxView>,
+    /// While expunges are held back from the client (`uids` names
+    /// messages `view` no longer has): the view from before the first of
+    /// them, so FETCH can still serve those messages.
+    pub before_expunge: Option<Arc<MailboxView>>,
     pub events: broadcast::Receiver<Event>,
     /// SEARCHRES `$` (UIDs).
     pub saved: Vec<u32>,
@@ -65,6 +69,7 @@ impl Selected {
             read_only,
             uids,
             view,
+            before_expunge: None,
             events,
             saved: Vec::new(),
             recent: Vec::new(),
@@ -181,6 +186,13 @@ impl Selected {
                 self.recent.retain(|u| gone_uids.binary_search(u).is_err());
                 self.saved.retain(|u| gone_uids.binary_search(u).is_err());
             }
+        }
+        if mode.expunges {
+            self.before_expunge = None;
+        } else if self.before_expunge.is_none()
+            && self.uids.iter().any(|u| new.by_uid(*u).is_none())
+        {
+            self.before_expunge = Some(old.clone());
         }
         // New keywords: FLAGS before any FETCH that uses them.
         let kw = new.keyword_names();

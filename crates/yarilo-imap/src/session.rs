@@ -66,6 +66,22 @@ pub(crate) struct Session {
     pub hold_new_mail: bool,
 }
 
+/// [`Session::enable_condstore`] for a handler that holds the selected
+/// mailbox borrowed.
+pub(crate) fn condstore_on(enabled: &mut Enabled, conn: &mut Conn, selected: Option<&Selected>) {
+    if std::mem::replace(&mut enabled.condstore, true) {
+        return;
+    }
+    if let Some(sel) = selected {
+        conn.send(&Response::Status {
+            tag: None,
+            kind: StatusKind::Ok,
+            code: Some(Code::HighestModSeq(sel.view.highest_modseq())),
+            text: "Highest".into(),
+        });
+    }
+}
+
 /// The "reply" of a command that already sent its tagged response
 /// (STARTTLS, a login failure ending the connection, IDLE).
 pub(crate) fn answered() -> Response {
@@ -452,9 +468,10 @@ impl Session {
             } => "no",
             _ => "bad",
         };
-        if result == "bad" {
-            self.bad_in_row += 1;
-        }
+        // A BAD for a command that parsed (wrong state, arguments the
+        // command refuses) never counts towards `max_bad_commands`: only
+        // input the grammar cannot read does ([`Session::bad`]), so a
+        // client probing features never loses its connection.
         if !already {
             self.conn.send(&reply);
         }
@@ -467,9 +484,6 @@ impl Session {
         m.command_seconds
             .get_or_create(&labels)
             .observe(started.elapsed().as_secs_f64());
-        if self.bad_in_row >= self.server.settings.max_bad_commands {
-            self.bye("Too many invalid IMAP commands.");
-        }
         self.conn.maybe_flush().await
     }
 
@@ -652,14 +666,25 @@ impl Session {
         Ok(answered())
     }
 
+    /// Turns CONDSTORE on for a CONDSTORE-enabling command (RFC 7162
+    /// §3.1); the first one while a mailbox is selected is answered with
+    /// its `OK [HIGHESTMODSEQ]` before the tagged reply.
+    pub(crate) fn enable_condstore(&mut self) {
+        condstore_on(&mut self.enabled, &mut self.conn, self.selected.as_ref());
+    }
+
     fn enable(&mut self, tag: &str, caps: &[String]) -> Response {
         let mut done = Vec::new();
         for c in caps {
             let c = c.to_ascii_uppercase();
             let newly = match c.as_str() {
-                "CONDSTORE" => !std::mem::replace(&mut self.enabled.condstore, true),
+                "CONDSTORE" => {
+                    let was = self.enabled.condstore;
+                    self.enable_condstore();
+                    !was
+                }
                 "QRESYNC" => {
-                    self.enabled.condstore = true;
+                    self.enable_condstore();
                     !std::mem::replace(&mut self.enabled.qresync, true)
                 }
                 "IMAP4REV2" => !std::mem::replace(&mut self.enabled.rev2, true),

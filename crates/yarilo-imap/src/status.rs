@@ -7,7 +7,6 @@ use yarilo_imap_proto::Mailbox;
 use yarilo_store::{Flags, StoreError};
 
 use crate::mailboxes::recent_floor;
-use crate::selected::store_no;
 use crate::session::Session;
 
 impl Session {
@@ -17,13 +16,17 @@ impl Session {
         mailbox: Mailbox,
         items: Vec<StatusItem>,
     ) -> Response {
+        if items.contains(&StatusItem::HighestModSeq) {
+            // A CONDSTORE-enabling command (RFC 7162 §3.1).
+            self.enable_condstore();
+        }
         match self.status_data(&mailbox, &items).await {
             Ok(()) => Response::ok(tag, None, "Status completed."),
             Err(Ok(r)) => match r {
                 Response::Status { code, text, .. } => Response::no(tag, code, text),
                 other => other,
             },
-            Err(Err(e)) => store_no(tag, &e),
+            Err(Err(e)) => crate::mailboxes::open_no(tag, &e),
         }
     }
 

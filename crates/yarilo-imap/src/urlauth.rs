@@ -298,7 +298,22 @@ fn extended_inner(raw: &[u8], u: &MessageUrl, it: &UrlFetchItem) -> Option<UrlFe
         match decoded {
             Ok(d) => {
                 if let Some(s) = structure.as_mut() {
-                    describe_decoded(s, &d);
+                    // A message/rfc822 or multipart part: describe the
+                    // decoded parts inside; a leaf: its decoded octets.
+                    match yarilo_mime::decoded_part_structure(raw, &u.section.part) {
+                        Some(mut inner) => {
+                            // The part itself now carries decoded octets.
+                            if let BodyStructure::Single { encoding, .. } = &mut inner {
+                                if d.contains(&0) {
+                                    *encoding = b"binary".to_vec();
+                                } else if !d.is_ascii() {
+                                    *encoding = b"8bit".to_vec();
+                                }
+                            }
+                            *s = inner;
+                        }
+                        None => describe_decoded(s, &d),
+                    }
                 }
                 Some(UrlFetchData::Binary(Some(Bytes::from(
                     crate::fetch::apply_partial(d, u.partial),

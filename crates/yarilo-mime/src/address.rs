@@ -51,6 +51,81 @@ pub(crate) fn envelope(header: &[u8]) -> Envelope {
     }
 }
 
+/// `a` with the `MISSING_MAILBOX` / `MISSING_DOMAIN` placeholders of
+/// ENVELOPE taken out again.
+pub(crate) fn without_placeholders(mut a: Address) -> Address {
+    if a.mailbox.as_deref() == Some(MISSING_MAILBOX) {
+        a.mailbox = None;
+    }
+    if a.host.as_deref() == Some(MISSING_DOMAIN) {
+        a.host = None;
+    }
+    a
+}
+
+/// The text SEARCH FROM/TO/CC/BCC match against (RFC 9051 §6.4.4, as
+/// Dovecot): the parsed list written back canonically, so comments and
+/// folding inside an addr-spec are gone, groups show their members, and
+/// display names (RFC 2047-decoded) remain: `Name <user@host>, g: a@b;`.
+/// `None` when the value holds no address at all.
+pub(crate) fn search_text(value: &[u8]) -> Option<String> {
+    let list = parse_list(value);
+    if list.is_empty() {
+        return None;
+    }
+    let mut out = String::new();
+    let mut first_in_group = false;
+    for a in &list {
+        match (&a.mailbox, &a.host) {
+            // Group start.
+            (Some(name), None) => {
+                if !out.is_empty() {
+                    out.push_str(", ");
+                }
+                out.push_str(&crate::decode::header_value(name));
+                out.push_str(": ");
+                first_in_group = true;
+                continue;
+            }
+            // Group end.
+            (None, None) => {
+                out.push(';');
+                continue;
+            }
+            _ => {}
+        }
+        if !out.is_empty() && !first_in_group {
+            out.push_str(", ");
+        }
+        first_in_group = false;
+        let local = a
+            .mailbox
+            .as_deref()
+            .filter(|m| *m != MISSING_MAILBOX)
+            .unwrap_or_default();
+        let host = a
+            .host
+            .as_deref()
+            .filter(|h| *h != MISSING_DOMAIN)
+            .unwrap_or_default();
+        let mut spec = String::from_utf8_lossy(local).into_owned();
+        if !host.is_empty() {
+            spec.push('@');
+            spec.push_str(&String::from_utf8_lossy(host));
+        }
+        match a.name.as_deref().filter(|n| !n.is_empty()) {
+            Some(name) => {
+                out.push_str(&crate::decode::header_value(name));
+                out.push_str(" <");
+                out.push_str(&spec);
+                out.push('>');
+            }
+            None => out.push_str(&spec),
+        }
+    }
+    Some(out)
+}
+
 /// Parses an address list (the unfolded field value).
 pub(crate) fn parse_list(value: &[u8]) -> Vec<Address> {
     let tokens = lex(value, Flavor::Address);
@@ -285,7 +360,11 @@ impl Parser<'_> {
             match tok {
                 Token::Atom(a) | Token::Literal(a) => d.extend_from_slice(a),
                 Token::Special(b'.') => d.push(b'.'),
-                // A comment ends the domain: it may be the display name.
+                // CFWS before the domain (RFC 5322 §3.4.1: `user@ (c)
+                // domain.org`) is skipped.
+                Token::Comment(_) if d.is_empty() => {}
+                // A comment after it ends the domain: it may be the
+                // display name.
                 _ => break,
             }
             self.pos += 1;

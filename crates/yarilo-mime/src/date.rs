@@ -9,8 +9,28 @@ pub(crate) fn sent_date(header: &[u8]) -> Option<i64> {
     parse(&f.unfolded())
 }
 
+/// See [`crate::sent_day`].
+pub(crate) fn sent_day(header: &[u8]) -> Option<i64> {
+    let f = header::first(header, "Date")?;
+    parse_parts(&f.unfolded()).map(|p| p.days)
+}
+
+/// A Date: value as written: its own calendar day, time and zone.
+struct Parts {
+    /// Days since 1970-01-01 of the date as written (not moved to UTC).
+    days: i64,
+    /// Seconds since the start of that day, local to the zone.
+    seconds: i64,
+    /// Zone offset, seconds east of UTC.
+    offset: i64,
+}
+
 /// `[day-name ","] day month year hour ":" minute [":" second] zone`.
 pub(crate) fn parse(value: &[u8]) -> Option<i64> {
+    parse_parts(value).map(|p| p.days * 86_400 + p.seconds - p.offset)
+}
+
+fn parse_parts(value: &[u8]) -> Option<Parts> {
     // Comments are allowed anywhere (CFWS); drop them first.
     let mut clean = Vec::with_capacity(value.len());
     let mut depth = 0usize;
@@ -51,8 +71,11 @@ pub(crate) fn parse(value: &[u8]) -> Option<i64> {
         return None;
     }
     let offset = words.next().map_or(Some(0), zone)?;
-    let days = days_from_civil(year, month, day);
-    Some(days * 86_400 + hour * 3600 + minute * 60 + second - offset)
+    Some(Parts {
+        days: days_from_civil(year, month, day),
+        seconds: hour * 3600 + minute * 60 + second,
+        offset,
+    })
 }
 
 fn month(w: &str) -> Option<i64> {
@@ -113,5 +136,25 @@ mod tests {
         assert_eq!(parse(b"15 Feb 07 01:02 GMT (comment)"), Some(1_171_501_320));
         assert_eq!(parse(b"Mon, 7 Feb 1994 21:52:25 -0800"), Some(760_686_745));
         assert_eq!(parse(b"garbage"), None);
+    }
+
+    #[test]
+    fn sent_day_is_the_written_calendar_day() {
+        // 23:00 +0200 is 21:00 UTC the same day; 01:00 +0200 is the
+        // previous day in UTC: both count as the day written.
+        let d = days_from_civil(2007, 3, 24);
+        assert_eq!(
+            sent_day(b"Date: Sat, 24 Mar 2007 23:00:00 +0200\r\n\r\n"),
+            Some(d)
+        );
+        assert_eq!(
+            sent_day(b"Date: Sat, 24 Mar 2007 01:00:00 +0200\r\n\r\n"),
+            Some(d)
+        );
+        assert_eq!(
+            sent_day(b"Date: Sat, 24 Mar 2007 23:30:00 -0700\r\n\r\n"),
+            Some(d)
+        );
+        assert_eq!(sent_day(b"Date: soon\r\n\r\n"), None);
     }
 }

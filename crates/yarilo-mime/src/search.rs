@@ -39,6 +39,22 @@ pub(crate) fn header_matches(header: &[u8], field: &str, needle: &str) -> bool {
         .any(|f| needle.found_in(&decode::header_value(&f.unfolded())))
 }
 
+/// See [`crate::address_matches`].
+pub(crate) fn address_matches(header: &[u8], field: &str, needle: &str) -> bool {
+    let needle = Needle::new(needle);
+    header::fields(header)
+        .iter()
+        .filter(|f| f.is(field))
+        .any(|f| {
+            let value = f.unfolded();
+            match crate::address::search_text(&value) {
+                Some(text) => needle.found_in(&text),
+                // Nothing parses as an address: the text as written.
+                None => needle.found_in(&decode::header_value(&value)),
+            }
+        })
+}
+
 /// See [`crate::body_contains`].
 pub(crate) fn body_contains(raw: &[u8], needle: &str) -> bool {
     let root = Part::parse(raw);

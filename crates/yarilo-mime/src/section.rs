@@ -107,6 +107,18 @@ pub(crate) fn binary(raw: &[u8], path: &[u32]) -> Result<Option<Vec<u8>>, Unknow
     let Some(part) = resolve(&root, path) else {
         return Ok(None);
     };
+    if !matches!(part.kind, Kind::Leaf) {
+        // A multipart or message/rfc822 part: its content with the parts
+        // inside decoded (RFC 5524 §4.2 via RFC 3516), each part's header
+        // saying `binary`.
+        let Some(decoded) = crate::recode::recode(raw, crate::recode::Target::Binary) else {
+            return Ok(raw.get(part.body.clone()).map(<[u8]>::to_vec));
+        };
+        let root = Part::parse(&decoded);
+        return Ok(
+            resolve(&root, path).and_then(|p| decoded.get(p.body.clone()).map(<[u8]>::to_vec))
+        );
+    }
     let body = raw.get(part.body.clone()).unwrap_or_default();
     decode::transfer(body, &part.content.encoding_lower()).map(Some)
 }

@@ -572,6 +572,18 @@ fn sort_helpers_decode_and_pick_the_first_address() {
     );
     assert!(crate::first_address(h, "To").is_none());
     assert!(crate::header_text(h, "Cc").is_none());
+    // No ENVELOPE placeholders in what sort keys are made of.
+    let h = b"To: user (Name)\r\nCc: @only.example\r\n\r\n";
+    let a = crate::first_address(h, "To").unwrap();
+    assert_eq!(
+        (a.mailbox.as_deref(), a.host.as_deref()),
+        (Some(&b"user"[..]), None)
+    );
+    let a = crate::first_address(h, "Cc").unwrap();
+    assert_eq!(
+        (a.mailbox.as_deref(), a.host.as_deref()),
+        (None, Some(&b"only.example"[..]))
+    );
 }
 
 #[test]
@@ -593,4 +605,29 @@ fn part_structure_is_the_nested_bodystructure_of_one_part() {
     assert_eq!(one(&[]), Some(bodystructure(&m)));
     assert_eq!(one(&[4]), None);
     assert_eq!(one(&[2, 1]), None);
+}
+
+#[test]
+fn address_search_matches_the_parsed_addresses() {
+    let h = crlf("From: <user-from (comment)@ (comment) domain.org>\nTo: undisclosed: a@example.org, \"B Person\" <b@example.net>;\nCc: =?UTF-8?Q?J=C3=B6rg?= <j@x.example>\nBcc: hidden@\n example.com\n\n");
+    assert!(address_matches(&h, "From", "user-from@domain.org"));
+    assert!(!address_matches(&h, "From", "comment"));
+    assert!(address_matches(&h, "To", "a@example.org"));
+    assert!(address_matches(&h, "To", "B Person <b@example.net>"));
+    assert!(address_matches(&h, "To", "undisclosed"));
+    assert!(address_matches(&h, "Cc", "jörg <j@"));
+    assert!(address_matches(&h, "Bcc", "hidden@example.com"));
+    assert!(!address_matches(&h, "Cc", "a@example.org"));
+    // Nothing that parses as an address: the text as written.
+    let h = crlf("From: ;;;\n\n");
+    assert!(address_matches(&h, "From", ";;"));
+}
+
+#[test]
+fn envelope_skips_comments_before_the_domain() {
+    let h = crlf("From: <user-from (comment)@ (comment) domain.org>\n\n");
+    assert_eq!(
+        env(&h),
+        r#"(NIL NIL ((NIL NIL "user-from" "domain.org")) ((NIL NIL "user-from" "domain.org")) ((NIL NIL "user-from" "domain.org")) NIL NIL NIL NIL NIL)"#
+    );
 }

@@ -90,8 +90,23 @@ pub fn new_base(host: &str, size: u64, vsize: u64) -> String {
     )
 }
 
-/// RFC822.SIZE: the size with every bare LF counted as CRLF.
+/// Is the message stored with LF line ends (as Dovecot writes Maildir
+/// files)? Decided by its first line: a message that arrived with CRLF
+/// (APPEND) keeps any bare LF inside its content as data (a `binary`
+/// part, RFC 3516), which must not be turned into CRLF.
+pub fn lf_line_ends(data: &[u8]) -> bool {
+    match data.iter().position(|&b| b == b'\n') {
+        Some(i) => i == 0 || data.get(i - 1) != Some(&b'\r'),
+        None => false,
+    }
+}
+
+/// RFC822.SIZE: the size with every bare LF counted as CRLF, for a
+/// message stored with LF line ends ([`lf_line_ends`]).
 pub fn virtual_size(data: &[u8]) -> u64 {
+    if !lf_line_ends(data) {
+        return data.len() as u64;
+    }
     let mut extra = 0u64;
     let mut prev = 0u8;
     for &b in data {
@@ -122,5 +137,7 @@ mod tests {
     #[test]
     fn vsize_counts_bare_lf() {
         assert_eq!(virtual_size(b"a\nb\r\n"), 6);
+        // CRLF-stored: a bare LF inside (binary content) is data.
+        assert_eq!(virtual_size(b"a\r\nb\nc\r\n"), 8);
     }
 }

@@ -1170,7 +1170,8 @@ impl Mailbox {
         &self,
         uids: &[u32],
     ) -> Result<Vec<(u32, Option<Vec<u8>>)>, StoreError> {
-        self.read_many(uids, maildir::read_header).await
+        self.read_many(self.view(), uids, maildir::read_header)
+            .await
     }
 
     /// Whole messages, as [`Mailbox::read_headers`].
@@ -1178,23 +1179,47 @@ impl Mailbox {
         &self,
         uids: &[u32],
     ) -> Result<Vec<(u32, Option<Vec<u8>>)>, StoreError> {
-        self.read_many(uids, |view, rec| std::fs::read(view.path_of(rec)))
-            .await
+        self.read_many(self.view(), uids, read_file).await
+    }
+
+    /// [`Mailbox::read_headers`] of the messages as `view` (an earlier
+    /// view a session still shows its client) knows them: a message
+    /// expunged since is served from the header cache while its entry
+    /// there is readable (as Dovecot serves from its index cache), and is
+    /// `None` only when nothing of it can be read any more.
+    pub async fn read_headers_in(
+        &self,
+        view: Arc<MailboxView>,
+        uids: &[u32],
+    ) -> Result<Vec<(u32, Option<Vec<u8>>)>, StoreError> {
+        self.read_many(view, uids, maildir::read_header).await
+    }
+
+    /// Whole messages as `view` knows them, as [`Mailbox::read_headers_in`]
+    /// (a message file that is gone cannot be read, though).
+    pub async fn read_messages_in(
+        &self,
+        view: Arc<MailboxView>,
+        uids: &[u32],
+    ) -> Result<Vec<(u32, Option<Vec<u8>>)>, StoreError> {
+        self.read_many(view, uids, read_file).await
     }
 
     async fn read_many(
         &self,
+        view: Arc<MailboxView>,
         uids: &[u32],
         f: fn(&MailboxView, &crate::records::MessageRecord) -> std::io::Result<Vec<u8>>,
     ) -> Result<Vec<(u32, Option<Vec<u8>>)>, StoreError> {
-        let view = self.view();
         let wanted = uids.to_vec();
         // (uid, data); `Err(uid)` marks a file renamed meanwhile.
         let first = tokio::task::spawn_blocking(move || {
             let mut out = Vec::with_capacity(wanted.len());
             for uid in wanted {
                 let Some(rec) = view.by_uid(uid) else {
-                    out.push(Ok((uid, None)));
+                    // Unknown to the caller's view: the current one may
+                    // still have it (a newer message).
+                    out.push(Err(uid));
                     continue;
                 };
                 match f(&view, rec) {
@@ -1253,4 +1278,9 @@ impl Mailbox {
     pub fn dir(&self) -> PathBuf {
         self.view().dir.clone()
     }
+}
+
+/// The whole message file of `rec` in `view`.
+fn read_file(view: &MailboxView, rec: &crate::records::MessageRecord) -> std::io::Result<Vec<u8>> {
+    std::fs::read(view.path_of(rec))
 }

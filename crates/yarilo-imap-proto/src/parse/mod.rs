@@ -135,17 +135,22 @@ fn one_mailbox(c: &mut Cursor<'_>, o: ParseOptions) -> PResult<Mailbox> {
 
 /// mailbox = "INBOX" / astring, decoded.
 pub(crate) fn mailbox(c: &mut Cursor<'_>, o: ParseOptions) -> PResult<Mailbox> {
+    // Any astring is a mailbox name (RFC 9051 §9); one that does not
+    // decode names no mailbox, which the command answers with NO.
     let raw = c.astring()?;
-    Mailbox::from_wire(&raw, o.utf8_names).map_err(|_| ParseError::Invalid("mailbox name"))
+    Ok(Mailbox::from_wire_lossy(&raw, o.utf8_names))
 }
 
-/// Decodes a list-mailbox / reference (wildcards kept).
+/// Decodes a list-mailbox / reference (wildcards kept). A pattern that is
+/// not a valid encoding is matched as spelled, so it finds nothing rather
+/// than failing the command (as Dovecot does).
 pub(crate) fn decode_name(raw: &[u8], o: ParseOptions) -> PResult<String> {
-    if o.utf8_names {
-        String::from_utf8(raw.to_vec()).map_err(|_| ParseError::Invalid("mailbox name"))
+    let decoded = if o.utf8_names {
+        String::from_utf8(raw.to_vec()).ok()
     } else {
-        crate::utf7::decode(raw).map_err(|_| ParseError::Invalid("mailbox name"))
-    }
+        crate::utf7::decode(raw).ok()
+    };
+    Ok(decoded.unwrap_or_else(|| String::from_utf8_lossy(raw).into_owned()))
 }
 
 fn seq_num(c: &mut Cursor<'_>) -> PResult<SeqNum> {

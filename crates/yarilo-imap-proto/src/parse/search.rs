@@ -45,7 +45,9 @@ fn return_opts(c: &mut Cursor<'_>) -> PResult<Option<Vec<SearchReturn>>> {
                 if neg {
                     SearchReturn::Partial(-a, -b)
                 } else {
-                    SearchReturn::Partial(a, b)
+                    // RFC 5267 §4.4: `4:2` is the range 2:4, and the
+                    // response names it so.
+                    SearchReturn::Partial(a.min(b), a.max(b))
                 }
             }
             _ => return Err(ParseError::Expected("search return option")),

@@ -170,6 +170,27 @@ impl Raw {
         l.trim_end_matches("\r\n").to_string()
     }
 
+    /// Sends raw bytes (CRLF added) and returns everything up to and
+    /// including the tagged reply, as bytes (literal8 data may hold NUL
+    /// and bytes that are not UTF-8).
+    pub async fn cmd_bytes(&mut self, tag: &str, s: &[u8]) -> Vec<u8> {
+        self.w.write_all(s).await.unwrap();
+        self.w.write_all(b"\r\n").await.unwrap();
+        let mut out = Vec::new();
+        loop {
+            let mut l = Vec::new();
+            tokio::time::timeout(Duration::from_secs(10), self.r.read_until(b'\n', &mut l))
+                .await
+                .expect("timed out waiting for a line")
+                .unwrap();
+            let done = l.is_empty() || l.starts_with(format!("{tag} ").as_bytes());
+            out.extend_from_slice(&l);
+            if done {
+                return out;
+            }
+        }
+    }
+
     /// Sends a tagged command, returns every line up to the tagged reply.
     pub async fn cmd(&mut self, s: &str) -> Vec<String> {
         let tag = s.split(' ').next().unwrap().to_string();
