@@ -196,6 +196,7 @@ pub(crate) async fn scan(
         saved: &sel.saved,
         now: now(),
     };
+    let key = &compact(key, ctx.exists, ctx.highest_uid);
     let batch = match needed {
         Need::Full => 16,
         _ => 512,
@@ -252,6 +253,40 @@ pub(crate) async fn scan(
         }
     }
     Ok(())
+}
+
+/// `k` with every sequence set merged into ascending, disjoint ranges
+/// within the mailbox, so that testing a message costs what the distinct
+/// ranges cost, not what the set's text repeats (`UID 1:*,1:*,…`).
+fn compact(k: &SearchKey, exists: u32, highest_uid: u32) -> SearchKey {
+    let merged = |items: &[yarilo_imap_proto::SeqItem], largest: u32| {
+        SequenceSet::Set(
+            crate::selected::merged_ranges(items, largest)
+                .into_iter()
+                .map(|(a, b)| {
+                    yarilo_imap_proto::SeqItem::Range(
+                        yarilo_imap_proto::SeqNum::Value(a),
+                        yarilo_imap_proto::SeqNum::Value(b),
+                    )
+                })
+                .collect(),
+        )
+    };
+    match k {
+        SearchKey::Uid(SequenceSet::Set(items)) => SearchKey::Uid(merged(items, highest_uid)),
+        SearchKey::SequenceSet(SequenceSet::Set(items)) => {
+            SearchKey::SequenceSet(merged(items, exists))
+        }
+        SearchKey::Not(k) => SearchKey::Not(Box::new(compact(k, exists, highest_uid))),
+        SearchKey::Or(a, b) => SearchKey::Or(
+            Box::new(compact(a, exists, highest_uid)),
+            Box::new(compact(b, exists, highest_uid)),
+        ),
+        SearchKey::And(v) => {
+            SearchKey::And(v.iter().map(|k| compact(k, exists, highest_uid)).collect())
+        }
+        other => other.clone(),
+    }
 }
 
 /// Reads the headers of the `hits` the SORT cache lacks (512 per trip to
