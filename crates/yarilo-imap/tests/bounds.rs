@@ -155,7 +155,12 @@ async fn an_unauthenticated_client_trickling_bytes_is_disconnected() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(c.line().await, "* BYE Login timed out.");
+    // A byte sent after the close draws a reset that may discard the BYE.
+    let bye = c.try_line().await;
+    assert!(
+        matches!(bye.as_deref(), None | Some("* BYE Login timed out.")),
+        "{bye:?}"
+    );
     assert!(c.closed_within(GENEROUS).await, "still connected");
 }
 
@@ -164,16 +169,24 @@ async fn an_unauthenticated_client_sending_commands_is_disconnected() {
     let srv = common::start_with(|c| c.imap.preauth_timeout_seconds = 2).await;
     let mut c = Raw::connect(srv.addr).await;
     let until = tokio::time::Instant::now() + GENEROUS;
-    let mut last = String::new();
+    let mut last = Some(String::new());
+    // The BYE can race a NOOP already on its way: the server has closed,
+    // the write fails or its RST discards the BYE before it is read.
     while tokio::time::Instant::now() < until {
-        c.send("n NOOP").await;
-        last = c.line().await;
-        if last != "n OK NOOP completed." {
+        if c.write_raw(b"n NOOP\r\n").await.is_err() {
+            last = None;
+            break;
+        }
+        last = c.try_line().await;
+        if last.as_deref() != Some("n OK NOOP completed.") {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(last, "* BYE Login timed out.");
+    assert!(
+        matches!(last.as_deref(), None | Some("* BYE Login timed out.")),
+        "{last:?}"
+    );
     assert!(c.closed_within(GENEROUS).await, "still connected");
 }
 

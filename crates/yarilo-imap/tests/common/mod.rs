@@ -192,6 +192,18 @@ impl Raw {
         l.trim_end_matches("\r\n").to_string()
     }
 
+    /// The next line, or `None` once the connection is closed or reset.
+    pub async fn try_line(&mut self) -> Option<String> {
+        let mut l = String::new();
+        match tokio::time::timeout(Duration::from_secs(10), self.r.read_line(&mut l))
+            .await
+            .expect("timed out waiting for a line")
+        {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(l.trim_end_matches("\r\n").to_string()),
+        }
+    }
+
     /// Sends raw bytes (CRLF added) and returns everything up to and
     /// including the tagged reply, as bytes (literal8 data may hold NUL
     /// and bytes that are not UTF-8).
