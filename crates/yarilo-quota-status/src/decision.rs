@@ -1,8 +1,9 @@
 //! From a request to a reply, as Dovecot 2.3's quota-status decides.
 //!
-//! * No recipient, or a `protocol_state` other than `RCPT` or
-//!   `END-OF-MESSAGE` (the service only makes sense as a recipient
-//!   restriction), or a recipient that is not an address: `DUNNO`.
+//! * No recipient, or a `protocol_state` other than `RCPT` (the service
+//!   only makes sense as a recipient restriction; Dovecot 2.3 answers
+//!   `END-OF-MESSAGE` with `DUNNO` too), or a recipient that is not an
+//!   address: `DUNNO`.
 //! * The recipient's detail (after `recipient_delimiter`) is dropped and the
 //!   rest looked up in the userdb: unknown → `quota_status_nouser`; lookup
 //!   failure → `DEFER_IF_PERMIT Temporary internal error`.
@@ -65,9 +66,9 @@ impl Outcome {
 /// `size`, the first `protocol_state`.
 pub fn verdict(req: &PolicyRequest, delimiter: &str) -> Verdict {
     let state = req.first("protocol_state");
-    if state.is_some_and(|s| {
-        !s.eq_ignore_ascii_case("RCPT") && !s.eq_ignore_ascii_case("END-OF-MESSAGE")
-    }) {
+    // Dovecot 2.3 answers at RCPT only (END-OF-MESSAGE, which Postfix
+    // sends once per message, gets DUNNO even with a recipient in it).
+    if state.is_some_and(|s| !s.eq_ignore_ascii_case("RCPT")) {
         return Verdict::Dunno;
     }
     let Some(recipient) = req.first("recipient") else {
@@ -202,8 +203,8 @@ mod tests {
     }
 
     #[test]
-    fn rcpt_and_end_of_message_are_checked_other_states_are_dunno() {
-        for state in ["RCPT", "rcpt", "END-OF-MESSAGE"] {
+    fn only_rcpt_is_checked_other_states_are_dunno() {
+        for state in ["RCPT", "rcpt"] {
             assert_eq!(
                 verdict(
                     &req(&[("protocol_state", state), ("recipient", "a@b.org")]),
@@ -215,7 +216,7 @@ mod tests {
                 }
             );
         }
-        for state in ["DATA", "MAIL", "CONNECT", ""] {
+        for state in ["DATA", "MAIL", "CONNECT", "END-OF-MESSAGE", ""] {
             assert_eq!(
                 verdict(
                     &req(&[("protocol_state", state), ("recipient", "a@b.org")]),
