@@ -278,6 +278,21 @@ fn replies_are_byte_identical_to_dovecots_quota_status() {
     ];
     assert_eq!(theirs, expected);
 
+    // A line over quota_status.max_line_length (8192) closes the
+    // connection: there is no error reply in the protocol.
+    let mut s = TcpStream::connect(&qs_addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut long = b"recipient=".to_vec();
+    long.extend(std::iter::repeat_n(b'a', 9000));
+    let _ = s.write_all(&long);
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    assert_eq!(rest, b"", "no reply, just EOF");
+    assert_eq!(
+        qs.metric("yarilo_quota_status_connections_total{result=\"line_too_long\"}"),
+        1.0
+    );
+
     for (result, n) in [
         ("ok", 4.0),
         ("overquota", 3.0),
