@@ -10,7 +10,8 @@
 //! Invariants: every request gets exactly one reply, in order, on a
 //! persistent connection; a line or request beyond the configured bounds
 //! closes the connection (the protocol has no error reply); nothing here
-//! writes to a user's mail.
+//! stores or changes messages (opening a user with no mail yet creates the
+//! empty mailbox directories, as Dovecot does).
 
 pub mod codec;
 pub mod decision;
