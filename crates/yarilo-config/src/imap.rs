@@ -57,6 +57,20 @@ pub struct Imap {
     /// the process (about 0.5 KiB each); least recently used
     /// mailboxes are dropped first. 0 turns the cache off. Default 500000.
     pub sort_cache_messages: usize,
+    /// Seconds the TLS handshake after STARTTLS may take before the
+    /// connection is closed. Default 30.
+    pub starttls_timeout_seconds: u64,
+    /// Seconds one write to the client may stall (a client that stops
+    /// reading) before the connection is closed. Default 300.
+    pub write_timeout_seconds: u64,
+    /// Seconds a connection may stay unauthenticated in total, however
+    /// busy it is; then it is closed with `* BYE`. Default 180.
+    pub preauth_timeout_seconds: u64,
+    /// Bytes of APPEND messages all sessions of the process may hold in
+    /// memory at once; an APPEND that would go over is refused with
+    /// `NO [LIMIT]` before its literal is read. Default 268435456
+    /// (256 MiB).
+    pub append_buffer_bytes: u64,
 }
 
 /// The workaround names `imap.client_workarounds` accepts.
@@ -81,6 +95,10 @@ impl Default for Imap {
             max_connections: 20_000,
             client_workarounds: Vec::new(),
             sort_cache_messages: 500_000,
+            starttls_timeout_seconds: 30,
+            write_timeout_seconds: 300,
+            preauth_timeout_seconds: 180,
+            append_buffer_bytes: 256 << 20,
         }
     }
 }
@@ -113,6 +131,24 @@ impl Imap {
             return Err(ConfigError::invalid(
                 "imap.autologout_seconds",
                 "autologout_seconds must be at least 60, login_timeout_seconds at least 1",
+            ));
+        }
+        for (key, v) in [
+            (
+                "imap.starttls_timeout_seconds",
+                self.starttls_timeout_seconds,
+            ),
+            ("imap.write_timeout_seconds", self.write_timeout_seconds),
+            ("imap.preauth_timeout_seconds", self.preauth_timeout_seconds),
+        ] {
+            if v == 0 {
+                return Err(ConfigError::invalid(key, "must be at least 1"));
+            }
+        }
+        if self.append_buffer_bytes < self.append_limit {
+            return Err(ConfigError::invalid(
+                "imap.append_buffer_bytes",
+                "must be at least imap.append_limit",
             ));
         }
         if let Some(w) = self

@@ -58,6 +58,9 @@ pub struct SubmissionConfig {
     pub max_line_length: usize,
     /// Seconds a client may stay silent. Default 300.
     pub timeout_seconds: u64,
+    /// Seconds the TLS handshake after STARTTLS may take before the
+    /// connection is closed. Default 30.
+    pub starttls_timeout_seconds: u64,
     /// Unknown or malformed commands and failed AUTHs before the
     /// connection is closed. Default 10.
     pub max_bad_commands: u32,
@@ -81,6 +84,7 @@ impl Default for SubmissionConfig {
             max_recipients: 100,
             max_line_length: 4096,
             timeout_seconds: 300,
+            starttls_timeout_seconds: 30,
             max_bad_commands: 10,
         }
     }
@@ -115,6 +119,7 @@ impl SubmissionConfig {
         if self.timeout_seconds == 0
             || self.relay_connect_timeout_seconds == 0
             || self.relay_command_timeout_seconds == 0
+            || self.starttls_timeout_seconds == 0
         {
             return Err(ConfigError::invalid(
                 "submission.timeout_seconds",

@@ -134,3 +134,34 @@ fn quota_status_defaults_are_dovecots_and_bad_values_name_the_key() {
         assert!(err.contains(key), "{text}: {err}");
     }
 }
+
+#[test]
+fn session_bounds_have_defaults_and_refuse_nonsense() {
+    let config = Config::from_yaml("", "t").unwrap();
+    assert_eq!(config.imap.starttls_timeout_seconds, 30);
+    assert_eq!(config.imap.write_timeout_seconds, 300);
+    assert_eq!(config.imap.preauth_timeout_seconds, 180);
+    assert_eq!(config.imap.append_buffer_bytes, 256 << 20);
+    assert_eq!(config.submission.starttls_timeout_seconds, 30);
+    for (text, key) in [
+        (
+            "imap:\n  write_timeout_seconds: 0\n",
+            "imap.write_timeout_seconds",
+        ),
+        (
+            "imap:\n  preauth_timeout_seconds: 0\n",
+            "imap.preauth_timeout_seconds",
+        ),
+        (
+            "imap:\n  append_limit: 1000\n  append_buffer_bytes: 999\n",
+            "imap.append_buffer_bytes",
+        ),
+        (
+            "submission:\n  starttls_timeout_seconds: 0\n",
+            "submission.timeout_seconds",
+        ),
+    ] {
+        let err = Config::from_yaml(text, "t").unwrap_err().to_string();
+        assert!(err.contains(key), "{text}: {err}");
+    }
+}

@@ -3,6 +3,16 @@
 //! against APPENDLIMIT before a byte is accepted, and is committed only at
 //! the end of the command (MULTIAPPEND is all-or-nothing). The tagged OK
 //! is sent after the store says the messages are durable.
+//!
+//! Memory: every byte an APPEND will buffer is reserved from the
+//! process-wide [`AppendBudget`] (`imap.append_buffer_bytes`) when its
+//! literal is announced, before a byte of it is read; an APPEND that would
+//! go over is answered `NO [LIMIT]` at once (RFC 5530), so concurrent
+//! uploads cannot exhaust memory. The reservation is released when the
+//! command ends, however it ends.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use yarilo_imap_proto::command::{AppendData, AppendMessage, CatPart};
 use yarilo_imap_proto::response::{Code, Response};
@@ -25,6 +35,84 @@ pub(crate) struct AppendInProgress {
     /// A CATENATE part failed: the rest of the command is read and then
     /// answered with this.
     failed: Option<Response>,
+    /// What this command holds of the process-wide budget.
+    reserved: Reservation,
+}
+
+/// The process-wide bound on APPEND bytes held in memory at once.
+#[derive(Clone, Debug)]
+pub(crate) struct AppendBudget {
+    inner: Arc<BudgetInner>,
+}
+
+#[derive(Debug)]
+struct BudgetInner {
+    limit: u64,
+    used: AtomicU64,
+}
+
+/// Bytes taken from an [`AppendBudget`], given back on drop.
+#[derive(Debug)]
+pub(crate) struct Reservation {
+    budget: Arc<BudgetInner>,
+    bytes: u64,
+}
+
+impl AppendBudget {
+    pub fn new(limit: u64) -> AppendBudget {
+        AppendBudget {
+            inner: Arc::new(BudgetInner {
+                limit,
+                used: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// An empty reservation to grow.
+    pub fn empty(&self) -> Reservation {
+        Reservation {
+            budget: self.inner.clone(),
+            bytes: 0,
+        }
+    }
+
+    /// Bytes reserved now, over all sessions.
+    #[cfg(test)]
+    pub fn in_use(&self) -> u64 {
+        self.inner.used.load(Ordering::Acquire)
+    }
+}
+
+impl Reservation {
+    /// Takes `bytes` more, or nothing (false) when that would go over the
+    /// limit.
+    pub fn grow(&mut self, bytes: u64) -> bool {
+        let b = &self.budget;
+        let taken = b
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(bytes).filter(|&n| n <= b.limit)
+            })
+            .is_ok();
+        if taken {
+            self.bytes += bytes;
+        }
+        taken
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.budget.used.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+fn over_budget(tag: impl Into<String>) -> Response {
+    Response::no(
+        tag,
+        Some(Code::Limit),
+        "Too much mail is being uploaded at once; try again later.",
+    )
 }
 
 /// Bound on the sum of one MULTIAPPEND, whatever the per-message limit.
@@ -118,6 +206,7 @@ impl Session {
                                 total: 0,
                                 catenate: false,
                                 failed: None,
+                                reserved: self.server.append_budget.empty(),
                             })
                         }
                         Err(r) => {
@@ -147,6 +236,14 @@ impl Session {
                         Response::no(tag, Some(Code::TooBig), "Message too large."),
                         "APPEND",
                     );
+                    return Ok(());
+                }
+                if self
+                    .append
+                    .as_mut()
+                    .is_some_and(|a| !a.reserved.grow(ann.size))
+                {
+                    self.append_abort(over_budget(tag), "APPEND");
                     return Ok(());
                 }
                 if let Some(a) = self.append.as_mut() {
@@ -203,6 +300,8 @@ impl Session {
                                     Some(Code::TooBig),
                                     "Message too large.",
                                 ));
+                            } else if !a.reserved.grow(bytes.len() as u64) {
+                                a.failed = Some(over_budget(tag));
                             } else if let Some((data, _)) = a.current.as_mut() {
                                 a.total += bytes.len() as u64;
                                 data.extend_from_slice(&bytes);
@@ -218,10 +317,17 @@ impl Session {
                     return Ok(());
                 };
                 let cur = a.current.as_ref().map(|c| c.0.len() as u64).unwrap_or(0);
-                if a.failed.is_some() || cur.saturating_add(ann.size) > limit {
-                    let r = a.failed.take().unwrap_or_else(|| {
-                        Response::no(tag.clone(), Some(Code::TooBig), "Message too large.")
-                    });
+                if a.failed.is_none() && cur.saturating_add(ann.size) > limit {
+                    a.failed = Some(Response::no(
+                        tag.clone(),
+                        Some(Code::TooBig),
+                        "Message too large.",
+                    ));
+                }
+                if a.failed.is_none() && !a.reserved.grow(ann.size) {
+                    a.failed = Some(over_budget(tag.clone()));
+                }
+                if let Some(r) = a.failed.take() {
                     if ann.sync {
                         // The client waits for "+": refuse the literal and
                         // answer the APPEND now.
@@ -344,5 +450,27 @@ impl Session {
             }
         }
         self.append_commit(tag, &target, batch).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reservations_stay_within_the_budget_and_are_given_back_on_drop() {
+        let budget = AppendBudget::new(1000);
+        let mut a = budget.empty();
+        let mut b = budget.empty();
+        assert!(a.grow(600));
+        assert!(!b.grow(500), "600 + 500 is over 1000");
+        assert!(b.grow(400));
+        assert_eq!(budget.in_use(), 1000);
+        assert!(!a.grow(1));
+        drop(a);
+        assert_eq!(budget.in_use(), 400);
+        assert!(b.grow(600));
+        drop(b);
+        assert_eq!(budget.in_use(), 0);
     }
 }

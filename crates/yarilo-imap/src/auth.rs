@@ -33,7 +33,14 @@ impl Session {
         self.conn
             .send(&Response::ok(tag, None, "Begin TLS negotiation now."));
         self.conn.flush().await?;
-        self.conn.stream.upgrade(&acceptor).await?;
+        let within = self.server.settings.starttls_timeout;
+        if let Err(e) = self.conn.stream.upgrade_within(&acceptor, within).await {
+            if e.kind() == std::io::ErrorKind::TimedOut {
+                tracing::info!("STARTTLS handshake timed out");
+                self.server.metrics.timed_out("starttls");
+            }
+            return Err(e);
+        }
         let s = &self.server.settings;
         self.conn.rx.set_limits(yarilo_imap_proto::Limits {
             max_line: s.max_line_length,
@@ -115,14 +122,15 @@ impl Session {
                 match self.conn.rx.next() {
                     Outcome::SaslResponse(line) => break Some(line),
                     Outcome::SaslCancel => break None,
-                    Outcome::Incomplete => {
-                        match self.conn.fill(self.server.settings.login_timeout).await? {
-                            Read::Data => {}
-                            Read::Eof | Read::Timeout => {
-                                return Err(std::io::ErrorKind::UnexpectedEof.into())
-                            }
+                    Outcome::Incomplete => match self.conn.fill(self.read_timeout()).await? {
+                        Read::Data => {}
+                        Read::Eof => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                        Read::Timeout => {
+                            self.read_timed_out();
+                            let _ = self.conn.flush().await;
+                            return Err(std::io::ErrorKind::TimedOut.into());
                         }
-                    }
+                    },
                     Outcome::Bad { .. } => {
                         return Ok(Response::bad(
                             Some(tag.to_string()),

@@ -1,6 +1,11 @@
 //! The byte side of a session: the socket, the receiver that frames
 //! commands, and the output buffer. Output is collected and written at
 //! command boundaries (and in pieces during large FETCHes).
+//!
+//! Every write is bounded by `imap.write_timeout_seconds`: a client that
+//! stops reading would otherwise pin the session, its buffers and a
+//! connection slot forever. After a write timed out the connection is
+//! dead: every later flush fails at once.
 
 use std::io;
 use std::time::Duration;
@@ -27,6 +32,9 @@ pub(crate) struct Conn {
     metrics: Metrics,
     /// COMPRESS=DEFLATE (RFC 4978) once negotiated.
     deflate: Option<Box<crate::compress::Deflate>>,
+    write_timeout: Duration,
+    /// A write timed out: nothing more is sent.
+    write_dead: bool,
 }
 
 /// What a read produced.
@@ -37,7 +45,12 @@ pub(crate) enum Read {
 }
 
 impl Conn {
-    pub fn new(stream: MailStream, limits: Limits, metrics: Metrics) -> Conn {
+    pub fn new(
+        stream: MailStream,
+        limits: Limits,
+        metrics: Metrics,
+        write_timeout: Duration,
+    ) -> Conn {
         Conn {
             stream,
             rx: Receiver::new(limits),
@@ -46,6 +59,8 @@ impl Conn {
             read_buf: Vec::new(),
             metrics,
             deflate: None,
+            write_timeout,
+            write_dead: false,
         }
     }
 
@@ -80,16 +95,35 @@ impl Conn {
     }
 
     pub async fn flush(&mut self) -> io::Result<()> {
+        if self.write_dead {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
         if self.out.is_empty() {
             return Ok(());
         }
-        if let Some(d) = self.deflate.as_mut() {
-            let packed = d.deflate(&self.out)?;
-            self.stream.write_all(&packed).await?;
-        } else {
-            self.stream.write_all(&self.out).await?;
+        let packed;
+        let bytes = match self.deflate.as_mut() {
+            Some(d) => {
+                packed = d.deflate(&self.out)?;
+                &packed
+            }
+            None => &self.out,
+        };
+        let stream = &mut self.stream;
+        let write = async {
+            stream.write_all(bytes).await?;
+            stream.flush().await
+        };
+        match tokio::time::timeout(self.write_timeout, write).await {
+            Ok(r) => r?,
+            Err(_) => {
+                tracing::info!("client stopped reading; closing the connection");
+                self.metrics.timed_out("write");
+                self.write_dead = true;
+                self.out = Vec::new();
+                return Err(io::ErrorKind::TimedOut.into());
+            }
         }
-        self.stream.flush().await?;
         self.metrics.bytes_out.inc_by(self.out.len() as u64);
         self.out.clear();
         if self.out.capacity() > 64 * 1024 {

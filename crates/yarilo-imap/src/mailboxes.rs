@@ -180,8 +180,15 @@ impl Session {
     /// client's modseq.
     fn qresync_select(&mut self, sel: &Selected, q: &yarilo_imap_proto::command::QResync) {
         let view = &sel.view;
-        let known = |uid: u32| match &q.known_uids {
-            Some(set) => set.contains(uid, u32::MAX),
+        // Merged once: a membership test per message must not cost the
+        // length of the set's text.
+        let known_ranges = match &q.known_uids {
+            Some(SequenceSet::Set(items)) => Some(crate::selected::merged_ranges(items, u32::MAX)),
+            Some(SequenceSet::Saved) => Some(Vec::new()),
+            None => None,
+        };
+        let known = |uid: u32| match &known_ranges {
+            Some(r) => crate::selected::ranges_contain(r, uid),
             None => true,
         };
         let vanished: Vec<u32> = match view.expunged_since(q.modseq) {
@@ -189,20 +196,16 @@ impl Session {
             None => match &q.known_uids {
                 // History lost: everything the client knows and we lack.
                 Some(SequenceSet::Set(items)) => {
+                    // Merged and clamped below UIDNEXT first: repeating
+                    // `1:*` must not repeat the scan.
+                    let largest = view.uidnext().saturating_sub(1);
                     let mut out = Vec::new();
-                    for it in items {
-                        let (a, b) = match *it {
-                            yarilo_imap_proto::SeqItem::One(n) => {
-                                let v = n.resolve(u32::MAX);
-                                (v, v)
-                            }
-                            yarilo_imap_proto::SeqItem::Range(a, b) => {
-                                let (a, b) = (a.resolve(u32::MAX), b.resolve(u32::MAX));
-                                (a.min(b), a.max(b).min(view.uidnext()))
-                            }
-                        };
+                    'ranges: for (a, b) in crate::selected::merged_ranges(items, largest) {
                         for u in a..=b {
-                            if view.by_uid(u).is_none() && out.len() < 1_000_000 {
+                            if out.len() >= 1_000_000 {
+                                break 'ranges;
+                            }
+                            if view.by_uid(u).is_none() {
                                 out.push(u);
                             }
                         }

@@ -18,6 +18,11 @@ pub(crate) struct ResultLabel {
     pub result: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct KindLabel {
+    pub kind: &'static str,
+}
+
 #[derive(Clone)]
 pub(crate) struct Metrics {
     pub sessions_open: Gauge,
@@ -28,6 +33,9 @@ pub(crate) struct Metrics {
     pub logins: Family<ResultLabel, Counter>,
     pub bytes_out: Counter,
     pub bytes_in: Counter,
+    /// Connections closed by a bound in time, by `kind`: `starttls`,
+    /// `write`, `preauth`, `inactivity`.
+    pub timeouts: Family<KindLabel, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -48,6 +56,7 @@ impl Default for Metrics {
             logins: Family::default(),
             bytes_out: Counter::default(),
             bytes_in: Counter::default(),
+            timeouts: Family::default(),
         }
     }
 }
@@ -94,5 +103,15 @@ impl Metrics {
             "Bytes received from IMAP clients",
             self.bytes_in.clone(),
         );
+        r.register(
+            "yarilo_imap_timeouts",
+            "IMAP connections closed by a timeout, by kind (starttls, write, preauth, inactivity)",
+            self.timeouts.clone(),
+        );
+    }
+
+    /// Counts a connection closed by the `kind` timeout.
+    pub fn timed_out(&self, kind: &'static str) {
+        self.timeouts.get_or_create(&KindLabel { kind }).inc();
     }
 }

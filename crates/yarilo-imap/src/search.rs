@@ -123,11 +123,11 @@ fn eval(k: &SearchKey, m: &Msg<'_>, c: &Ctx<'_>) -> bool {
         ModSeq { modseq, .. } => m.rec.modseq >= *modseq,
         Uid(set) => match set {
             yarilo_imap_proto::SequenceSet::Saved => c.saved.binary_search(&m.rec.uid).is_ok(),
-            s => s.contains(m.rec.uid, c.highest_uid),
+            s => in_compacted(s, m.rec.uid, c.highest_uid),
         },
         SequenceSet(set) => match set {
             yarilo_imap_proto::SequenceSet::Saved => c.saved.binary_search(&m.rec.uid).is_ok(),
-            s => s.contains(m.msn, c.exists),
+            s => in_compacted(s, m.msn, c.exists),
         },
         From(s) => yarilo_mime::address_matches(m.header, "From", &text(s)),
         To(s) => yarilo_mime::address_matches(m.header, "To", &text(s)),
@@ -199,6 +199,7 @@ pub(crate) async fn scan(
         saved: &sel.saved,
         now: now(),
     };
+    let key = &compact(key, ctx.exists, ctx.highest_uid);
     let batch = match needed {
         Need::Full => 16,
         _ => 512,
@@ -255,6 +256,58 @@ pub(crate) async fn scan(
         }
     }
     Ok(())
+}
+
+/// Membership in a set [`compact`] produced (ascending, disjoint `a:b`
+/// ranges): a bisection, not a walk over the items, per message.
+fn in_compacted(set: &SequenceSet, n: u32, largest: u32) -> bool {
+    let SequenceSet::Set(items) = set else {
+        return false;
+    };
+    let ends = |it: &yarilo_imap_proto::SeqItem| match *it {
+        yarilo_imap_proto::SeqItem::One(a) => (a.resolve(largest), a.resolve(largest)),
+        yarilo_imap_proto::SeqItem::Range(a, b) => (a.resolve(largest), b.resolve(largest)),
+    };
+    let i = items.partition_point(|it| ends(it).1 < n);
+    items.get(i).is_some_and(|it| {
+        let (a, b) = ends(it);
+        a <= n && n <= b
+    })
+}
+
+/// `k` with every sequence set merged into ascending, disjoint ranges
+/// within the mailbox, so that testing a message costs a bisection over
+/// the distinct ranges, not a walk over what the set's text repeats
+/// (`UID 1:*,1:*,…`). [`eval`] relies on it: run every key through here.
+fn compact(k: &SearchKey, exists: u32, highest_uid: u32) -> SearchKey {
+    let merged = |items: &[yarilo_imap_proto::SeqItem], largest: u32| {
+        SequenceSet::Set(
+            crate::selected::merged_ranges(items, largest)
+                .into_iter()
+                .map(|(a, b)| {
+                    yarilo_imap_proto::SeqItem::Range(
+                        yarilo_imap_proto::SeqNum::Value(a),
+                        yarilo_imap_proto::SeqNum::Value(b),
+                    )
+                })
+                .collect(),
+        )
+    };
+    match k {
+        SearchKey::Uid(SequenceSet::Set(items)) => SearchKey::Uid(merged(items, highest_uid)),
+        SearchKey::SequenceSet(SequenceSet::Set(items)) => {
+            SearchKey::SequenceSet(merged(items, exists))
+        }
+        SearchKey::Not(k) => SearchKey::Not(Box::new(compact(k, exists, highest_uid))),
+        SearchKey::Or(a, b) => SearchKey::Or(
+            Box::new(compact(a, exists, highest_uid)),
+            Box::new(compact(b, exists, highest_uid)),
+        ),
+        SearchKey::And(v) => {
+            SearchKey::And(v.iter().map(|k| compact(k, exists, highest_uid)).collect())
+        }
+        other => other.clone(),
+    }
 }
 
 /// Reads the headers of the `hits` the SORT cache lacks (512 per trip to
@@ -636,5 +689,36 @@ impl Session {
             return Ok(Response::ok(tag, None, text));
         }
         Ok(Response::ok(tag, None, done))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use yarilo_imap_proto::{SeqItem, SeqNum};
+
+    #[test]
+    fn compacted_sets_answer_membership_as_the_sets_they_came_from() {
+        let v = SeqNum::Value;
+        let sets = [
+            vec![SeqItem::Range(v(1), SeqNum::Largest); 1000],
+            vec![
+                SeqItem::Range(v(9), v(4)),
+                SeqItem::One(v(2)),
+                SeqItem::One(SeqNum::Largest),
+                SeqItem::Range(v(5), v(6)),
+                SeqItem::One(v(70)),
+            ],
+            vec![SeqItem::Range(SeqNum::Largest, v(18)), SeqItem::One(v(3))],
+        ];
+        for items in sets {
+            let set = SequenceSet::Set(items);
+            let SearchKey::Uid(c) = compact(&SearchKey::Uid(set.clone()), 0, 20) else {
+                panic!("compact changed the key");
+            };
+            for n in 0..=25 {
+                assert_eq!(in_compacted(&c, n, 20), set.contains(n, 20), "{set} {n}");
+            }
+        }
     }
 }

@@ -275,48 +275,92 @@ impl Selected {
     /// Resolves a sequence set to (MSN, UID) pairs in MSN order. UIDs that
     /// do not exist are skipped (RFC 9051: not an error for UID sets);
     /// MSNs out of range are [`InvalidSet`].
+    ///
+    /// The items are clamped to the mailbox and merged before anything is
+    /// expanded, so the result (and the work) is bounded by the mailbox,
+    /// never by the set's text: `1:*,1:*,…` repeated 16,000 times costs
+    /// what one `1:*` does.
     pub fn resolve(&self, set: &SequenceSet, uid: bool) -> Result<Vec<(u32, u32)>, InvalidSet> {
-        let items = match set {
-            SequenceSet::Saved => {
-                return Ok(self
-                    .saved
-                    .iter()
-                    .filter_map(|&u| self.msn_of(u).map(|m| (m, u)))
-                    .collect());
-            }
-            SequenceSet::Set(items) => items,
-        };
-        let mut out: Vec<(u32, u32)> = Vec::new();
-        if uid {
-            let largest = self.highest_uid();
-            for it in items {
-                let (a, b) = bounds(it, largest);
-                let start = self.uids.partition_point(|&u| u < a);
-                let end = self.uids.partition_point(|&u| u <= b);
-                for i in start..end {
-                    if let Some(&u) = self.uids.get(i) {
-                        out.push((i as u32 + 1, u));
-                    }
-                }
-            }
-        } else {
-            let largest = self.exists();
-            for it in items {
-                let (a, b) = bounds(it, largest);
-                if a == 0 || b > largest {
-                    return Err(InvalidSet);
-                }
-                for m in a..=b {
-                    if let Some(&u) = self.uids.get(m as usize - 1) {
-                        out.push((m, u));
-                    }
-                }
-            }
+        match set {
+            SequenceSet::Saved => Ok(self
+                .saved
+                .iter()
+                .filter_map(|&u| self.msn_of(u).map(|m| (m, u)))
+                .collect()),
+            SequenceSet::Set(items) => resolve_items(&self.uids, items, uid),
         }
-        out.sort_unstable();
-        out.dedup();
-        Ok(out)
     }
+}
+
+/// [`Selected::resolve`] over `uids` (MSN - 1 → UID, ascending).
+fn resolve_items(
+    uids: &[u32],
+    items: &[SeqItem],
+    uid: bool,
+) -> Result<Vec<(u32, u32)>, InvalidSet> {
+    // Index ranges into `uids`, half-open, ascending and disjoint.
+    let spans: Vec<(usize, usize)> = if uid {
+        let highest = uids.last().copied().unwrap_or(0);
+        merged_ranges(items, highest)
+            .into_iter()
+            .map(|(a, b)| {
+                (
+                    uids.partition_point(|&u| u < a),
+                    uids.partition_point(|&u| u <= b),
+                )
+            })
+            .collect()
+    } else {
+        let largest = uids.len() as u32;
+        // RFC 9051 §6.4.*: a message sequence number out of range is BAD.
+        if items.iter().any(|it| {
+            let (a, b) = bounds(it, largest);
+            a == 0 || b > largest
+        }) {
+            return Err(InvalidSet);
+        }
+        merged_ranges(items, largest)
+            .into_iter()
+            .map(|(a, b)| (a as usize - 1, b as usize))
+            .collect()
+    };
+    let total = spans.iter().map(|&(a, b)| b.saturating_sub(a)).sum();
+    let mut out = Vec::with_capacity(total);
+    for (a, b) in spans {
+        for (i, &u) in uids.get(a..b).unwrap_or_default().iter().enumerate() {
+            out.push(((a + i) as u32 + 1, u));
+        }
+    }
+    Ok(out)
+}
+
+/// The items of a set as ascending, disjoint, non-adjacent inclusive
+/// ranges, `*` meaning `largest`; numbers above `largest` are dropped
+/// (nothing exists there), and 0 too. Costs O(items · log items) whatever
+/// the ranges span.
+pub(crate) fn merged_ranges(items: &[SeqItem], largest: u32) -> Vec<(u32, u32)> {
+    let mut ranges: Vec<(u32, u32)> = items
+        .iter()
+        .map(|it| bounds(it, largest))
+        .filter(|&(a, _)| a <= largest)
+        .map(|(a, b)| (a.max(1), b.min(largest)))
+        .filter(|&(a, b)| a <= b)
+        .collect();
+    ranges.sort_unstable();
+    let mut merged: Vec<(u32, u32)> = Vec::with_capacity(ranges.len());
+    for (a, b) in ranges {
+        match merged.last_mut() {
+            Some(last) if a <= last.1.saturating_add(1) => last.1 = last.1.max(b),
+            _ => merged.push((a, b)),
+        }
+    }
+    merged
+}
+
+/// Whether `n` is in ranges from [`merged_ranges`] (binary search).
+pub(crate) fn ranges_contain(ranges: &[(u32, u32)], n: u32) -> bool {
+    let i = ranges.partition_point(|&(_, b)| b < n);
+    ranges.get(i).is_some_and(|&(a, _)| a <= n)
 }
 
 fn bounds(it: &SeqItem, largest: u32) -> (u32, u32) {
@@ -415,4 +459,130 @@ pub(crate) fn store_no(tag: &str, e: &StoreError) -> Response {
         tracing::error!(error = %e, "store operation failed");
     }
     Response::no(tag, code, text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use yarilo_imap_proto::SeqNum;
+
+    fn range(a: SeqNum, b: SeqNum) -> SeqItem {
+        SeqItem::Range(a, b)
+    }
+
+    fn all() -> SeqItem {
+        range(SeqNum::Value(1), SeqNum::Largest)
+    }
+
+    /// What resolve() computed before ranges were merged: expand every
+    /// item, then sort and dedup. The reference for small inputs.
+    fn naive(uids: &[u32], items: &[SeqItem], uid: bool) -> Option<Vec<(u32, u32)>> {
+        let mut out = Vec::new();
+        for it in items {
+            if uid {
+                let (a, b) = bounds(it, uids.last().copied().unwrap_or(0));
+                for (i, &u) in uids.iter().enumerate() {
+                    if (a..=b).contains(&u) {
+                        out.push((i as u32 + 1, u));
+                    }
+                }
+            } else {
+                let n = uids.len() as u32;
+                let (a, b) = bounds(it, n);
+                if a == 0 || b > n {
+                    return None;
+                }
+                for m in a..=b {
+                    out.push((m, uids[m as usize - 1]));
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        Some(out)
+    }
+
+    #[test]
+    fn repeated_full_ranges_resolve_to_each_message_once_in_mailbox_sized_memory() {
+        let uids: Vec<u32> = (1..=100_000u32).map(|i| i * 2).collect();
+        // What a 64 KiB command line holds: ~16,000 `1:*`.
+        let items = vec![all(); 16_000];
+        assert_eq!(merged_ranges(&items, 200_000), vec![(1, 200_000)]);
+        for uid in [true, false] {
+            let got = resolve_items(&uids, &items, uid).unwrap();
+            assert_eq!(got.len(), uids.len());
+            // Allocated once, for the mailbox: not 16,000 × 100,000 pairs.
+            assert_eq!(got.capacity(), uids.len());
+            assert_eq!(got.first(), Some(&(1, 2)));
+            assert_eq!(got.last(), Some(&(100_000, 200_000)));
+        }
+    }
+
+    #[test]
+    fn ranges_beyond_the_mailbox_are_clamped_before_expanding() {
+        let uids: Vec<u32> = vec![3, 7, 9];
+        let huge = range(SeqNum::Value(1), SeqNum::Value(u32::MAX));
+        let got = resolve_items(&uids, &[huge, huge], true).unwrap();
+        assert_eq!(got, vec![(1, 3), (2, 7), (3, 9)]);
+        assert_eq!(got.capacity(), 3);
+        // By MSN the same range is out of range: BAD, nothing expanded.
+        assert!(resolve_items(&uids, &[huge], false).is_err());
+    }
+
+    #[test]
+    fn merged_resolution_matches_expanding_every_item() {
+        // A deterministic generator: no wall clock, no seed to record.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |m: u32| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % u64::from(m)) as u32
+        };
+        for _ in 0..500 {
+            let n = next(40);
+            let mut uids: Vec<u32> = (0..n).map(|_| next(120) + 1).collect();
+            uids.sort_unstable();
+            uids.dedup();
+            let num = |v: u32| {
+                if v == 0 {
+                    SeqNum::Largest
+                } else {
+                    SeqNum::Value(v)
+                }
+            };
+            let items: Vec<SeqItem> = (0..next(6) + 1)
+                .map(|_| {
+                    let (a, b) = (next(130), next(130));
+                    if next(3) == 0 {
+                        SeqItem::One(num(a))
+                    } else {
+                        range(num(a), num(b))
+                    }
+                })
+                .collect();
+            for uid in [true, false] {
+                assert_eq!(
+                    resolve_items(&uids, &items, uid).ok(),
+                    naive(&uids, &items, uid),
+                    "uids {uids:?} items {items:?} uid {uid}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn ranges_contain_answers_membership() {
+        let r = merged_ranges(
+            &[
+                range(SeqNum::Value(5), SeqNum::Value(3)),
+                SeqItem::One(SeqNum::Value(9)),
+                SeqItem::One(SeqNum::Value(6)),
+            ],
+            100,
+        );
+        assert_eq!(r, vec![(3, 6), (9, 9)]);
+        let hits: Vec<u32> = (0..12).filter(|&n| ranges_contain(&r, n)).collect();
+        assert_eq!(hits, vec![3, 4, 5, 6, 9]);
+    }
 }

@@ -44,6 +44,14 @@ pub struct ImapSettings {
     /// Messages whose SORT/THREAD header facts are kept in memory, over
     /// all mailboxes; 0 turns the cache off.
     pub sort_cache_messages: usize,
+    /// Bound on the TLS handshake after STARTTLS.
+    pub starttls_timeout: Duration,
+    /// Bound on one write to the client.
+    pub write_timeout: Duration,
+    /// Bound on the whole unauthenticated phase of a connection.
+    pub preauth_timeout: Duration,
+    /// Process-wide bound on APPEND bytes held in memory.
+    pub append_buffer_bytes: u64,
 }
 
 impl Default for ImapSettings {
@@ -83,6 +91,10 @@ impl ImapSettings {
                 .any(|w| w == "tb-extra-mailbox-sep"),
             tb_lsub_flags: c.client_workarounds.iter().any(|w| w == "tb-lsub-flags"),
             sort_cache_messages: c.sort_cache_messages,
+            starttls_timeout: Duration::from_secs(c.starttls_timeout_seconds),
+            write_timeout: Duration::from_secs(c.write_timeout_seconds),
+            preauth_timeout: Duration::from_secs(c.preauth_timeout_seconds),
+            append_buffer_bytes: c.append_buffer_bytes,
         }
     }
 }
@@ -97,6 +109,8 @@ pub struct ImapServer {
     pub(crate) recent: RecentTracker,
     pub(crate) idle_watch: crate::idle::IdleWatch,
     pub(crate) sort_cache: crate::sort_cache::SortCache,
+    /// What APPENDs of every session may buffer together.
+    pub(crate) append_budget: crate::append::AppendBudget,
 }
 
 impl ImapServer {
@@ -119,6 +133,7 @@ impl ImapServer {
             recent: RecentTracker::default(),
             idle_watch: Default::default(),
             sort_cache: crate::sort_cache::SortCache::new(settings.sort_cache_messages),
+            append_budget: crate::append::AppendBudget::new(settings.append_buffer_bytes),
             settings,
         })
     }

@@ -64,6 +64,9 @@ pub(crate) struct Session {
     pub notify: Option<crate::notify::NotifyState>,
     /// `delay-newmail` holds EXISTS back during the current command.
     pub hold_new_mail: bool,
+    /// When an unauthenticated connection is closed however busy it is
+    /// (`imap.preauth_timeout_seconds`); set from the greeting.
+    pub preauth_deadline: tokio::time::Instant,
 }
 
 /// [`Session::enable_condstore`] for a handler that holds the selected
@@ -127,7 +130,7 @@ impl Session {
         let metrics = server.metrics.clone();
         let separator = s.separator;
         Session {
-            conn: Conn::new(conn.stream, limits, metrics),
+            conn: Conn::new(conn.stream, limits, metrics, s.write_timeout),
             id: session_id(),
             peer: conn.peer,
             local: conn.local,
@@ -147,6 +150,7 @@ impl Session {
             login_tag: None,
             notify: None,
             hold_new_mail: false,
+            preauth_deadline: tokio::time::Instant::now() + s.preauth_timeout,
             server,
         }
     }
@@ -238,16 +242,18 @@ impl Session {
                 let _ = self.conn.flush().await;
                 return;
             }
+            // However busy the client keeps the connection, it is not
+            // served unauthenticated past the deadline.
+            if self.user.is_none() && tokio::time::Instant::now() >= self.preauth_deadline {
+                self.read_timed_out();
+                continue;
+            }
             match self.conn.rx.next() {
                 Outcome::Incomplete => {
                     if self.conn.flush().await.is_err() {
                         return;
                     }
-                    let timeout = if self.user.is_some() {
-                        self.server.settings.autologout
-                    } else {
-                        self.server.settings.login_timeout
-                    };
+                    let timeout = self.read_timeout();
                     let stop = stopped(&mut self.shutdown);
                     let read = tokio::select! {
                         _ = stop => {
@@ -262,7 +268,7 @@ impl Session {
                         Ok(Read::Data) => {}
                         Ok(Read::Eof) | Err(_) => return,
                         Ok(Read::Timeout) => {
-                            self.bye("Disconnected for inactivity.");
+                            self.read_timed_out();
                             let _ = self.conn.flush().await;
                             return;
                         }
@@ -296,6 +302,31 @@ impl Session {
                 }
                 Outcome::IdleDone | Outcome::SaslResponse(_) | Outcome::SaslCancel => {}
             }
+        }
+    }
+
+    /// How long the next read may wait: the idle bound of the state,
+    /// and before login no later than the pre-authentication deadline
+    /// (which a client trickling bytes cannot push back).
+    pub(crate) fn read_timeout(&self) -> std::time::Duration {
+        if self.user.is_some() {
+            return self.server.settings.autologout;
+        }
+        let left = self
+            .preauth_deadline
+            .saturating_duration_since(tokio::time::Instant::now());
+        self.server.settings.login_timeout.min(left)
+    }
+
+    /// A read ran into [`Session::read_timeout`]: says BYE (sent by the
+    /// caller's flush) and counts the kind.
+    pub(crate) fn read_timed_out(&mut self) {
+        if self.user.is_none() && tokio::time::Instant::now() >= self.preauth_deadline {
+            self.server.metrics.timed_out("preauth");
+            self.bye("Login timed out.");
+        } else {
+            self.server.metrics.timed_out("inactivity");
+            self.bye("Disconnected for inactivity.");
         }
     }
 

@@ -40,6 +40,27 @@ impl MailStream {
         }
     }
 
+    /// [`MailStream::upgrade`] bounded by `within`: a client that sends
+    /// STARTTLS and then stalls the handshake must not hold the
+    /// connection (and its slot) forever. Times out with
+    /// [`io::ErrorKind::TimedOut`], the stream then closed.
+    pub async fn upgrade_within(
+        &mut self,
+        acceptor: &TlsAcceptor,
+        within: std::time::Duration,
+    ) -> io::Result<()> {
+        match tokio::time::timeout(within, self.upgrade(acceptor)).await {
+            Ok(r) => r,
+            Err(_) => {
+                *self = MailStream::Closed;
+                Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "TLS handshake timed out",
+                ))
+            }
+        }
+    }
+
     /// The SNI name the client asked for, if any.
     pub fn sni(&self) -> Option<&str> {
         match self {

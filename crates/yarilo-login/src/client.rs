@@ -15,10 +15,7 @@ pub(crate) async fn upgrade_tls(
     acceptor: &TlsAcceptor,
     within: Duration,
 ) -> std::io::Result<()> {
-    match tokio::time::timeout(within, stream.upgrade(acceptor)).await {
-        Ok(r) => r,
-        Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
-    }
+    stream.upgrade_within(acceptor, within).await
 }
 
 /// The auth request for a client of `proto` (the real client address:

@@ -8,7 +8,7 @@ mod common;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{env, python, start_submission, Client};
+use common::{env, python, start_submission, start_submission_tls, Client};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use yarilo_smtp::SubmissionSettings;
 
@@ -327,4 +327,28 @@ async fn oversized_submission_is_refused() {
     assert_eq!(c.reply().await.0, 250);
     let m = mta.next_message().await;
     assert_eq!(m["rcpts"], serde_json::json!(["y@remote.example"]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_starttls_handshake_is_disconnected() {
+    let e = env(USERS, "");
+    let mut s = settings(&e, 25);
+    s.starttls_timeout = Duration::from_secs(1);
+    let (cert, key, _) = yarilo_tls::ensure_self_signed(&e.path.join("tls"), "mx.test").unwrap();
+    let certs = yarilo_tls::CertStore::load(vec![(cert, key)]).unwrap();
+    let srv = start_submission_tls(&e, s, Some(certs.acceptor("1.2").unwrap())).await;
+    let mut c = Client::connect(srv.addr).await;
+    let (_, lines) = c.cmd("EHLO client.test").await;
+    assert!(
+        lines.iter().any(|l| l.get(4..) == Some("STARTTLS")),
+        "{lines:?}"
+    );
+    let (code, lines) = c.cmd("STARTTLS").await;
+    assert_eq!(code, 220, "{lines:?}");
+    // The start of a TLS record, then nothing: only the bound ends it.
+    c.send(&[0x16, 0x03, 0x01]).await;
+    assert!(
+        c.closed_within(Duration::from_secs(30)).await,
+        "still connected"
+    );
 }

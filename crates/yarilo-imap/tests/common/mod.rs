@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use yarilo_config::{Config, Service, SslMode};
 use yarilo_listener::{Lifecycle, Listener, ListenerMetrics};
@@ -22,6 +22,7 @@ pub struct Server {
     pub dir: tempfile::TempDir,
     pub store: Store,
     life: Lifecycle,
+    registry: Arc<std::sync::Mutex<prometheus_client::registry::Registry>>,
 }
 
 impl Drop for Server {
@@ -37,6 +38,26 @@ impl Server {
     /// The Maildir root of a user (default `mail_location`).
     pub fn maildir(&self, user: &str) -> PathBuf {
         self.data().join("mail").join(user)
+    }
+
+    /// The process metrics in the Prometheus text format.
+    pub fn metrics(&self) -> String {
+        let mut out = String::new();
+        let registry = self.registry.lock().unwrap();
+        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+        out
+    }
+
+    /// Waits (polling, at most `limit`) until the metrics hold `line`.
+    pub async fn metric_reaches(&self, line: &str, limit: Duration) -> bool {
+        let until = tokio::time::Instant::now() + limit;
+        while tokio::time::Instant::now() < until {
+            if self.metrics().lines().any(|l| l == line) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
     }
 }
 
@@ -102,6 +123,7 @@ pub async fn start_with(tune: impl FnOnce(&mut Config)) -> Server {
         dir,
         store,
         life,
+        registry: Arc::new(std::sync::Mutex::new(registry)),
     }
 }
 
@@ -170,6 +192,18 @@ impl Raw {
         l.trim_end_matches("\r\n").to_string()
     }
 
+    /// The next line, or `None` once the connection is closed or reset.
+    pub async fn try_line(&mut self) -> Option<String> {
+        let mut l = String::new();
+        match tokio::time::timeout(Duration::from_secs(10), self.r.read_line(&mut l))
+            .await
+            .expect("timed out waiting for a line")
+        {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(l.trim_end_matches("\r\n").to_string()),
+        }
+    }
+
     /// Sends raw bytes (CRLF added) and returns everything up to and
     /// including the tagged reply, as bytes (literal8 data may hold NUL
     /// and bytes that are not UTF-8).
@@ -189,6 +223,26 @@ impl Raw {
                 return out;
             }
         }
+    }
+
+    /// Writes bytes as they are (no CRLF added).
+    pub async fn write_raw(&mut self, b: &[u8]) -> std::io::Result<()> {
+        self.w.write_all(b).await
+    }
+
+    /// Reads and drops whatever the server sends until it closes the
+    /// connection; false if it is still open after `limit`.
+    pub async fn closed_within(&mut self, limit: Duration) -> bool {
+        let drain = async {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                match self.r.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        };
+        tokio::time::timeout(limit, drain).await.is_ok()
     }
 
     /// Sends a tagged command, returns every line up to the tagged reply.

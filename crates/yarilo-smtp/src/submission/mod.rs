@@ -48,6 +48,8 @@ pub struct SubmissionSettings {
     pub max_recipients: usize,
     pub max_line_length: usize,
     pub timeout: Duration,
+    /// Bound on the TLS handshake after STARTTLS.
+    pub starttls_timeout: Duration,
     pub max_bad_commands: u32,
 }
 
@@ -82,6 +84,7 @@ impl SubmissionSettings {
             max_recipients: s.max_recipients.max(1),
             max_line_length: s.max_line_length.max(512),
             timeout: Duration::from_secs(s.timeout_seconds.max(1)),
+            starttls_timeout: Duration::from_secs(s.starttls_timeout_seconds.max(1)),
             max_bad_commands: s.max_bad_commands,
         }
     }

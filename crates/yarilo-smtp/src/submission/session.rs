@@ -303,10 +303,18 @@ impl Session<'_> {
         // RFC 3207 §4.2 / CVE-2011-0411: nothing sent before the handshake
         // may be taken as a command afterwards.
         conn.discard_input();
-        conn.stream_mut()
-            .start_tls(&acceptor)
-            .await
-            .map_err(SmtpError::Tls)?;
+        // A client that stalls the handshake must not hold the connection.
+        let within = self.server.settings.starttls_timeout;
+        match tokio::time::timeout(within, conn.stream_mut().start_tls(&acceptor)).await {
+            Ok(r) => r.map_err(SmtpError::Tls)?,
+            Err(_) => {
+                tracing::info!("STARTTLS handshake timed out");
+                return Err(SmtpError::Tls(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "TLS handshake timed out",
+                )));
+            }
+        }
         self.tls = true;
         self.helo = None;
         self.login = None;

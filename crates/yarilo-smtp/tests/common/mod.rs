@@ -122,8 +122,17 @@ pub async fn start_lmtp(env: &Env, settings: LmtpSettings) -> Running {
 }
 
 pub async fn start_submission(env: &Env, settings: SubmissionSettings) -> Running {
+    start_submission_tls(env, settings, None).await
+}
+
+/// A submission server offering STARTTLS with `starttls`.
+pub async fn start_submission_tls(
+    env: &Env,
+    settings: SubmissionSettings,
+    starttls: Option<tokio_rustls::TlsAcceptor>,
+) -> Running {
     let mut registry = prometheus_client::registry::Registry::default();
-    let server = SubmissionServer::new(settings, env.auth.clone(), None, &mut registry);
+    let server = SubmissionServer::new(settings, env.auth.clone(), starttls, &mut registry);
     let listener = Listener::bind("submission", &service(), None, 64)
         .await
         .unwrap();
@@ -213,6 +222,22 @@ pub struct Client {
 }
 
 impl Client {
+    /// Reads and drops what the server sends until it closes the
+    /// connection; false if it is still open after `limit`.
+    pub async fn closed_within(&mut self, limit: Duration) -> bool {
+        use tokio::io::AsyncReadExt;
+        let drain = async {
+            let mut buf = vec![0u8; 16 * 1024];
+            loop {
+                match self.reader.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        };
+        tokio::time::timeout(limit, drain).await.is_ok()
+    }
+
     pub async fn connect(addr: SocketAddr) -> Client {
         let s = TcpStream::connect(addr).await.unwrap();
         let (r, w) = s.into_split();
