@@ -51,6 +51,7 @@ let
     submission-login = { services = [ "submission" "submissions" ]; telemetry = 9200; };
     lmtp = { services = [ "lmtp" ]; telemetry = 9201; };
     lmtp-login = { services = [ "lmtp" ]; telemetry = 9202; };
+    quota-status = { services = [ ]; telemetry = 9203; };
   };
 
   # yarilo-config's default port of each services.<name> entry.

@@ -266,6 +266,8 @@ def listened_ports(cfg, command, env):
         ports.add(listen_port(cfg["director_service"]["listen"]))
         if cfg["director_service"]["api"]["listen"]:
             ports.add(listen_port(cfg["director_service"]["api"]["listen"]))
+    elif command == "quota-status":
+        ports.add(listen_port(cfg["quota_status"]["listen"]))
     elif command == "backend-reg":
         pass
     else:

@@ -240,6 +240,18 @@ def backend_defaults():
     eq("locks state in the tag's Redis", cfg(None, o, "yarilo-locks-a-config")["locks_service"], {"mode": "remote", "listen": ":9104", "redis": "env:YARILO_REDIS_URL"})
     V.named(o, "Deployment", "yarilo-redis-a")
     eq("relay", c["submission"]["relay_host"], "mta.example.org")
+    # quota-status: its own Deployment on the tag's volume, a stable ClusterIP for the MTA.
+    qd = V.named(o, "Deployment", "yarilo-quota-status-a")
+    eq("quota-status replicas", qd["spec"]["replicas"], 2)
+    eq("quota-status command", container(qd, "quota-status")["command"][:2], ["yarilo", "quota-status"])
+    qvols = {v["name"]: v for v in qd["spec"]["template"]["spec"]["volumes"]}
+    eq("quota-status reads the tag volume", qvols["data"]["persistentVolumeClaim"]["claimName"], "yarilo-mail-a")
+    qsvc = V.named(o, "Service", "yarilo-quota-status-a")["spec"]
+    eq("quota-status ClusterIP Service", (qsvc.get("clusterIP"), [p["port"] for p in qsvc["ports"]]), (None, [12340]))
+    qc = cfg(None, o, "yarilo-quota-status-a-config")
+    eq("quota-status listens", qc["quota_status"]["listen"], ":12340")
+    eq("quota-status locks of the tag", qc["locks_client"], c["locks_client"])
+    eq("quota-status auth", qc["auth_client"], c["auth_client"])
 
 
 def backend_two_tags():
@@ -280,6 +292,8 @@ def backend_tls():
     eq("pod roles", cert["uris"], ["yarilo-role:backend", "yarilo-role:backend-reg"])
     eq("issuer", cert["issuerRef"], {"name": "yarilo-internal-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"})
     V.named(o, "Certificate", "yarilo-locks-a-internal-tls")
+    qcert = V.named(o, "Certificate", "yarilo-quota-status-a-internal-tls")["spec"]
+    eq("quota-status role", qcert["uris"], ["yarilo-role:backend"])
 
 
 # -------------------------------------------------------- yarilo-standalone

@@ -22,6 +22,7 @@ mod locks;
 mod log;
 mod login;
 mod pop3;
+mod quota_status;
 mod secret;
 mod services;
 mod store;
@@ -50,6 +51,7 @@ pub use locks::{LocksClient, LocksMode, LocksService};
 pub use log::{LogConfig, LogFormat};
 pub use login::{Login, LoginRoute, RouteTarget};
 pub use pop3::Pop3;
+pub use quota_status::QuotaStatus;
 pub use secret::Secret;
 /// The one YAML parser of the workspace (`deny.toml` keeps `serde_yaml`
 /// behind this crate): the lab reads scenarios and manifests through it.
@@ -105,6 +107,8 @@ pub struct Config {
     pub pop3: Pop3,
     /// LMTP delivery (`lmtp.*`).
     pub lmtp: LmtpConfig,
+    /// The Postfix quota policy service (`quota_status.*`).
+    pub quota_status: QuotaStatus,
     /// Message submission and its relay (`submission.*`).
     pub submission: SubmissionConfig,
     /// The IMAP session (`imap.*`).
@@ -151,6 +155,7 @@ impl Config {
         self.store.validate()?;
         self.pop3.validate()?;
         self.lmtp.validate()?;
+        self.quota_status.validate()?;
         self.submission.validate()?;
         self.imap.validate()?;
         self.login.validate()?;

@@ -35,7 +35,9 @@ pub struct SubmissionConfig {
     /// Default true.
     pub relay_ssl_verify: bool,
     /// PEM file with the CAs the relay's certificate must chain to.
-    /// Default empty: `/etc/ssl/certs/ca-certificates.crt`.
+    /// Default empty: the platform's trust store (`SSL_CERT_FILE`,
+    /// `SSL_CERT_DIR`, or the distribution's bundle), or the built-in
+    /// Mozilla roots where the platform has none.
     pub relay_ssl_ca_file: String,
     /// AUTH PLAIN at the relay when not empty. Default empty.
     pub relay_user: String,

@@ -100,6 +100,42 @@ fn dump_round_trips() {
 }
 
 #[test]
+fn quota_status_defaults_are_dovecots_and_bad_values_name_the_key() {
+    let q = Config::from_yaml("", "t").unwrap().quota_status;
+    assert_eq!(q.listen, ":12340");
+    assert_eq!(q.quota_status_success, "OK");
+    assert_eq!(q.quota_status_nouser, "REJECT Unknown user");
+    assert_eq!(q.quota_status_overquota, "554 5.2.2 %{error}");
+    assert_eq!(q.quota_status_toolarge, "");
+    for (text, key) in [
+        ("quota_status:\n  listen: nowhere\n", "quota_status.listen"),
+        (
+            "quota_status:\n  quota_status_success: ''\n",
+            "quota_status.quota_status_success",
+        ),
+        (
+            "quota_status:\n  quota_status_toolarge: \"a\\nb\"\n",
+            "quota_status.quota_status_toolarge",
+        ),
+        (
+            "quota_status:\n  max_line_length: 100\n",
+            "quota_status.max_line_length",
+        ),
+        (
+            "quota_status:\n  read_timeout_seconds: 0\n",
+            "quota_status.read_timeout_seconds",
+        ),
+        (
+            "quota_status:\n  max_connections: 0\n",
+            "quota_status.max_connections",
+        ),
+    ] {
+        let err = Config::from_yaml(text, "t").unwrap_err().to_string();
+        assert!(err.contains(key), "{text}: {err}");
+    }
+}
+
+#[test]
 fn session_bounds_have_defaults_and_refuse_nonsense() {
     let config = Config::from_yaml("", "t").unwrap();
     assert_eq!(config.imap.starttls_timeout_seconds, 30);

@@ -156,6 +156,7 @@ pub fn yarilo_spec(binary: &Path) -> Result<ImageSpec> {
         "submission-login",
         "lmtp",
         "lmtp-login",
+        "quota-status",
     ] {
         entries.push(Entry::Symlink {
             dst: format!("usr/local/bin/yarilo-{c}"),

@@ -30,7 +30,7 @@ pub struct RelaySettings {
     pub port: u16,
     pub ssl: RelaySsl,
     pub ssl_verify: bool,
-    /// Empty: the system CA bundle.
+    /// Empty: the platform's trust store (see [`relay_roots_with_source`]).
     pub ssl_ca_file: String,
     pub user: String,
     pub password: Secret,
@@ -195,19 +195,9 @@ fn build_tls(s: &RelaySettings) -> Result<TlsConnector, String> {
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?;
     let config = if s.ssl_verify {
-        let path = if s.ssl_ca_file.is_empty() {
-            "/etc/ssl/certs/ca-certificates.crt"
-        } else {
-            s.ssl_ca_file.as_str()
-        };
-        let certs =
-            yarilo_tls::load_certs(std::path::Path::new(path)).map_err(|e| e.to_string())?;
-        let mut roots = rustls::RootCertStore::empty();
-        for c in certs {
-            // A bundle may hold certificates rustls cannot use; skip them.
-            let _ = roots.add(c);
-        }
-        builder.with_root_certificates(roots).with_no_client_auth()
+        builder
+            .with_root_certificates(relay_roots(&s.ssl_ca_file)?)
+            .with_no_client_auth()
     } else {
         builder
             .dangerous()
@@ -215,6 +205,53 @@ fn build_tls(s: &RelaySettings) -> Result<TlsConnector, String> {
             .with_no_client_auth()
     };
     Ok(TlsConnector::from(Arc::new(config)))
+}
+
+/// Where the CAs the relay's certificate must chain to came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RootSource {
+    /// `relay_ssl_ca_file`.
+    File,
+    /// The platform's trust store (`SSL_CERT_FILE` / `SSL_CERT_DIR`, else
+    /// the distribution's bundle, wherever it keeps it).
+    Platform,
+    /// The Mozilla root list built into the binary, when the platform has
+    /// no usable store (a minimal container image).
+    Builtin,
+}
+
+/// The roots for verifying the relay: `ca_file` when set, else the
+/// platform's store, else the built-in Mozilla list.
+pub fn relay_roots_with_source(
+    ca_file: &str,
+) -> Result<(rustls::RootCertStore, RootSource), String> {
+    let mut roots = rustls::RootCertStore::empty();
+    if !ca_file.is_empty() {
+        let certs =
+            yarilo_tls::load_certs(std::path::Path::new(ca_file)).map_err(|e| e.to_string())?;
+        // A bundle may hold certificates rustls cannot use; skip them.
+        let (added, _) = roots.add_parsable_certificates(certs);
+        if added == 0 {
+            return Err(format!("{ca_file}: no usable CA certificate"));
+        }
+        return Ok((roots, RootSource::File));
+    }
+    let native = rustls_native_certs::load_native_certs();
+    for e in &native.errors {
+        tracing::debug!(error = %e, "a platform CA store entry could not be read");
+    }
+    let (added, _) = roots.add_parsable_certificates(native.certs);
+    if added > 0 {
+        return Ok((roots, RootSource::Platform));
+    }
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    Ok((roots, RootSource::Builtin))
+}
+
+fn relay_roots(ca_file: &str) -> Result<rustls::RootCertStore, String> {
+    let (roots, source) = relay_roots_with_source(ca_file)?;
+    tracing::debug!(?source, count = roots.len(), "submission relay CA roots");
+    Ok(roots)
 }
 
 /// `relay_ssl_verify: false`: accept any certificate (signatures are still

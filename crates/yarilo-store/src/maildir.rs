@@ -143,6 +143,17 @@ impl Drop for Prepared {
     }
 }
 
+/// Moves the files of a failed batch from `cur/` back to their temp names
+/// (the [`Prepared`] then removes them), so none of them gets a UID.
+fn unplace(cur: &Path, batch: &[Prepared], placed: &[(String, KeywordMask)]) {
+    for (p, (name, _)) in batch.iter().zip(placed) {
+        if let Err(e) = std::fs::rename(cur.join(name), &p.tmp) {
+            tracing::error!(file = %name, error = %e, "a message of a failed append could not be taken back from cur/");
+        }
+    }
+    let _ = fsync_dir(cur);
+}
+
 /// How to change flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlagOp {
@@ -1197,12 +1208,22 @@ impl Core {
                 other: String::new(),
             };
             let name = with_info(&p.base, &info);
-            std::fs::rename(&p.tmp, cur.join(&name))
-                .ctx(|| format!("rename into {}", cur.display()))?;
+            if let Err(e) = std::fs::rename(&p.tmp, cur.join(&name)) {
+                unplace(&cur, &batch, &placed);
+                return Err(e).ctx(|| format!("rename into {}", cur.display()));
+            }
             placed.push((name, mask));
         }
-        fsync_dir(&cur).ctx(|| format!("fsync {}", cur.display()))?;
+        // Until the uid list names them, the files in cur/ are taken back
+        // on any failure: the batch is all or nothing (RFC 3502), and a
+        // file left there would get a UID at the next sync although the
+        // caller was told it failed.
+        if let Err(e) = fsync_dir(&cur) {
+            unplace(&cur, &batch, &placed);
+            return Err(e).ctx(|| format!("fsync {}", cur.display()));
+        }
         let Some(list) = self.uidlist.as_ref() else {
+            unplace(&cur, &batch, &placed);
             return Err(StoreError::Internal("uid list missing after sync".into()));
         };
         let first = list.next_uid().max(self.hdr.uidnext);
@@ -1229,7 +1250,20 @@ impl Core {
                 cache: cache.get(i).copied().flatten(),
             });
         }
-        self.append_uidlist(&uid_recs)?;
+        if let Err(e) = self.append_uidlist(&uid_recs) {
+            // Records that did reach the file name files no longer in
+            // cur/: every reader takes them as expunged, and the UIDs are
+            // never handed out again (the next write starts past them).
+            let names: Vec<(String, KeywordMask)> = msgs
+                .iter()
+                .map(|m| (m.filename.to_string(), m.keywords))
+                .collect();
+            unplace(&cur, &batch, &names);
+            return Err(e);
+        }
+        // The uid list is the commit point (it is what Dovecot reads): from
+        // here on the messages exist, and yarilo's own index is a cache
+        // that a failed write only makes stale.
         if let Some(list) = self.uidlist.as_mut() {
             list.records.extend(uid_recs);
         }
@@ -1241,7 +1275,12 @@ impl Core {
             out.push(r);
         }
         out.push(LogRecord::Header(self.hdr));
-        self.log_append(out, stamp_ok)?;
+        if let Err(e) = self.log_append(out, stamp_ok) {
+            tracing::warn!(mailbox = %self.paths.name, error = %e, "index log not written after an append; it is rebuilt at the next write");
+            if let Some(log) = self.log.as_mut() {
+                log.valid = false;
+            }
+        }
         Ok(uids)
     }
 
@@ -1510,5 +1549,52 @@ mod tests {
             "4000000:elsewhere",
             "the other holder's lock is left alone"
         );
+    }
+
+    #[test]
+    fn a_batch_that_fails_halfway_leaves_none_of_its_messages() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = MailboxPaths {
+            name: "INBOX".into(),
+            dir: dir.path().join("box"),
+            root: dir.path().to_path_buf(),
+            index_dir: None,
+        };
+        create_maildir(&paths, true).unwrap();
+        let mut core = Core::open(paths.clone(), CoreOptions::default()).unwrap();
+        let msg = |n: u32| {
+            prepare(
+                &paths,
+                "host",
+                format!("Subject: {n}\r\n\r\nbody\r\n").as_bytes(),
+                Flags::EMPTY,
+                Vec::new(),
+                None,
+            )
+            .unwrap()
+        };
+        let listing = |sub: &str| {
+            let mut v: Vec<String> = std::fs::read_dir(paths.sub(sub))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            v.sort();
+            v
+        };
+        let uidlist = std::fs::read(paths.uidlist()).unwrap();
+        // The second file of three vanishes before the commit: its rename
+        // fails after the first one was already moved into cur/.
+        let batch = vec![msg(1), msg(2), msg(3)];
+        std::fs::remove_file(&batch[1].tmp).unwrap();
+        assert!(core.append(batch).is_err());
+        assert_eq!(listing("cur"), Vec::<String>::new());
+        assert_eq!(listing("new"), Vec::<String>::new());
+        assert_eq!(listing("tmp"), Vec::<String>::new());
+        assert_eq!(std::fs::read(paths.uidlist()).unwrap(), uidlist);
+        // A fresh process finds nothing to give a UID to.
+        let mut other = Core::open(paths.clone(), CoreOptions::default()).unwrap();
+        other.sync(true).unwrap();
+        assert_eq!(other.records.len(), 0);
+        assert_eq!(core.append(vec![msg(4)]).unwrap(), vec![1]);
     }
 }

@@ -55,7 +55,7 @@ fn remote_auth(config: &Config) -> anyhow::Result<AuthHandle> {
 /// A protocol backend's auth client, with its startup check (auth
 /// reachable) and the request-path freshness check (over the mail store
 /// base when `store` is set).
-fn backend_auth(ctx: &Context, store: bool) -> anyhow::Result<AuthHandle> {
+pub(crate) fn backend_auth(ctx: &Context, store: bool) -> anyhow::Result<AuthHandle> {
     let config = &ctx.config;
     ctx.health
         .add_startup_check(crate::probes::auth_check(config).context("internal_tls")?);
@@ -70,7 +70,7 @@ fn backend_auth(ctx: &Context, store: bool) -> anyhow::Result<AuthHandle> {
 
 /// The mail store over the remote locks service and its event bus, as in
 /// the standalone shape (several backends on one volume).
-async fn remote_store(ctx: &Context) -> anyhow::Result<yarilo_store::Store> {
+pub(crate) async fn remote_store(ctx: &Context) -> anyhow::Result<yarilo_store::Store> {
     let config = &ctx.config;
     let locks = yarilo_locks::LocksClient::from_config(config).context("locks_client")?;
     // Not fatal: `/startupz` reports it until the locks service answers

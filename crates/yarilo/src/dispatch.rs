@@ -21,6 +21,7 @@ pub const LINKED: &[&str] = &[
     "submission-login",
     "lmtp",
     "lmtp-login",
+    "quota-status",
 ];
 
 /// argv with the component inserted when the program was invoked through a

@@ -9,6 +9,7 @@ mod component;
 mod dispatch;
 mod mail;
 mod probes;
+mod quota_status;
 mod runtime;
 mod services;
 mod single;
@@ -70,6 +71,8 @@ enum Command {
     Lmtp(component::ComponentArgs),
     /// The LMTP proxy: per-recipient userdb lookup and routing (`login.lmtp`).
     LmtpLogin(component::ComponentArgs),
+    /// The Postfix quota policy service: is there room for this recipient (`quota_status`).
+    QuotaStatus(component::ComponentArgs),
     /// Print the components reachable as `yarilo-<component>` links, one a
     /// line (the image and package builders make one link each).
     #[command(hide = true)]
@@ -114,6 +117,7 @@ fn main() -> ExitCode {
         Command::SubmissionLogin(args) => backend::submission_login(args),
         Command::Lmtp(args) => backend::lmtp(args),
         Command::LmtpLogin(args) => backend::lmtp_login(args),
+        Command::QuotaStatus(args) => quota_status::quota_status(args),
         Command::Links => {
             for component in dispatch::LINKED {
                 println!("{component}");
