@@ -3,7 +3,15 @@
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/yarilo/target}"
-REL="$CARGO_TARGET_DIR/release"
+# BENCH_PROFILE=debug runs the debug build (counts of failed commands,
+# not throughput: the ratio against a release Dovecot means nothing then).
+BENCH_PROFILE="${BENCH_PROFILE:-release}"
+case "$BENCH_PROFILE" in
+    release) PROFILE_FLAG=(--release) ;;
+    debug) PROFILE_FLAG=() ;;
+    *) echo "BENCH_PROFILE must be release or debug" >&2; exit 2 ;;
+esac
+REL="$CARGO_TARGET_DIR/$BENCH_PROFILE"
 DOVECOT_BIN="${DOVECOT_BIN:-/usr/sbin/dovecot}"
 BENCH_PASSWORD="bench-pass"
 
@@ -26,9 +34,9 @@ require_tools() {
 }
 
 build_release() {
-    log "building release binaries (CARGO_TARGET_DIR=$CARGO_TARGET_DIR)"
-    (cd "$REPO" && cargo build --release -p yarilo -p yarctl -q \
-        && cargo build --release -p yarilo-imap --example imap_bench -q) \
+    log "building $BENCH_PROFILE binaries (CARGO_TARGET_DIR=$CARGO_TARGET_DIR)"
+    (cd "$REPO" && cargo build "${PROFILE_FLAG[@]}" -p yarilo -p yarctl -q \
+        && cargo build "${PROFILE_FLAG[@]}" -p yarilo-imap --example imap_bench -q) \
         || die "cargo build failed"
     YARILO="$REL/yarilo"
     YARCTL="$REL/yarctl"

@@ -3,6 +3,8 @@
 # machine, same users, same pre-filled mailboxes, same workload.
 # See docs/benchmarks.md ("IMAP"). Tunables (environment):
 #   USERS=16 MESSAGES=200 MSG_SIZE=4096 LEVELS=1,8,32 DURATION=20
+#   MIX=login (short sessions) or expunge (long-lived sessions sharing
+#   mailboxes, with STORE \Deleted + EXPUNGE; e.g. USERS=10 LEVELS=50)
 #   NO_DOVECOT=1 (yarilo only)  KEEP_TMP=1 (keep the temp dir)
 #   BENCH_TMPDIR=/var/tmp (where the temp dir goes; must not be tmpfs)
 set -euo pipefail
@@ -13,6 +15,7 @@ MESSAGES="${MESSAGES:-200}"
 MSG_SIZE="${MSG_SIZE:-4096}"
 LEVELS="${LEVELS:-1,8,32}"
 DURATION="${DURATION:-20}"
+MIX="${MIX:-login}"
 
 if [ -n "${NO_DOVECOT:-}" ]; then require_tools; else require_tools dovecot; fi
 build_release
@@ -35,7 +38,7 @@ log "prefill: $USERS users x $MESSAGES messages of ~$MSG_SIZE B (IMAP APPEND)"
 RESULTS="$TMP/results.json"
 log "load: levels $LEVELS, ${DURATION}s each, interleaved across servers"
 "$BENCH" load "${TARGETS[@]}" "${COMMON[@]}" --levels "$LEVELS" --duration "$DURATION" \
-    --json "$RESULTS"
+    --mix "$MIX" --json "$RESULTS"
 
 # The temp dir goes with the trap; keep the JSON next to it.
 OUT="${BENCH_TMPDIR:-/var/tmp}/yarilo-imap-bench-results-$(date +%Y%m%d-%H%M%S).json"

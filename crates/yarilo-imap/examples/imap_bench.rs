@@ -7,7 +7,7 @@
 //! imap_bench freeport [N]
 //! imap_bench prefill --target NAME=HOST:PORT ... --users N --password PW --messages M
 //! imap_bench load    --target NAME=HOST:PORT ... --users N --password PW
-//!                    --levels 1,8,32 --duration SECS [--json FILE]
+//!                    --levels 1,8,32 --duration SECS [--json FILE] [--mix login|expunge]
 //! imap_bench idle    --target HOST:PORT --users N --password PW --conns N [--ramp K]
 //! ```
 //!
@@ -23,6 +23,16 @@
 //! UID SEARCH SUBJECT <word>, LOGOUT. Every command is one op; latency is
 //! measured from the first byte sent to the tagged response (APPEND
 //! includes the continuation round trip).
+//!
+//! `--mix expunge`: long-lived sessions that share mailboxes (several
+//! clients per user). Each logs in and selects once, then repeats until
+//! the time is up: FETCH (FLAGS UID BODY.PEEK[HEADER.FIELDS (SUBJECT)]) of
+//! ten messages of its view by sequence number, and one time in three
+//! STORE +FLAGS (\Deleted) of one of them, EXPUNGE and an APPEND that
+//! puts the mailbox back at its size. Other sessions' expunges reach a
+//! session only through its own NOOP-free command flow, so its FETCHes
+//! name messages that are gone from the disk but still in its view: a
+//! server that cannot serve them answers NO (counted as failed).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -372,6 +382,7 @@ struct Args {
     conns: usize,
     ramp: usize,
     msg_size: usize,
+    expunge_mix: bool,
 }
 
 fn parse_args(v: &[String]) -> Res<Args> {
@@ -386,6 +397,7 @@ fn parse_args(v: &[String]) -> Res<Args> {
         conns: 10_000,
         ramp: 200,
         msg_size: 4096,
+        expunge_mix: false,
     };
     let mut i = 0;
     while i < v.len() {
@@ -413,6 +425,13 @@ fn parse_args(v: &[String]) -> Res<Args> {
             "--conns" => a.conns = num(&val)?,
             "--ramp" => a.ramp = num(&val)?.max(1),
             "--msg-size" => a.msg_size = num(&val)?,
+            "--mix" => {
+                a.expunge_mix = match val.as_str() {
+                    "login" => false,
+                    "expunge" => true,
+                    other => return Err(format!("unknown mix {other} (login, expunge)")),
+                }
+            }
             other => return Err(format!("unknown option {other}")),
         }
         i += 2;
@@ -478,6 +497,10 @@ const KINDS: &[&str] = &[
     "APPEND",
     "SEARCH_UNSEEN",
     "SEARCH_SUBJECT",
+    "FETCH_SEQ",
+    "STORE_DELETED",
+    "EXPUNGE",
+    "NOOP",
     "LOGOUT",
 ];
 
@@ -621,6 +644,88 @@ async fn session(
     Ok(())
 }
 
+/// Follows `* n EXISTS` and `* n EXPUNGE` so the session's view size is
+/// known without a NOOP.
+fn track_view(exists: &mut u32, r: &Resp) {
+    for l in &r.untagged {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        if w.len() >= 3 && w[0] == "*" {
+            if w[2].eq_ignore_ascii_case("EXISTS") {
+                *exists = w[1].parse().unwrap_or(*exists);
+            } else if w[2].eq_ignore_ascii_case("EXPUNGE") {
+                *exists = exists.saturating_sub(1);
+            }
+        }
+    }
+}
+
+/// One long-lived session of the `expunge` mix (see the header).
+#[allow(clippy::too_many_arguments)]
+async fn expunge_session(
+    addr: &str,
+    user: &str,
+    pw: &str,
+    rng: &mut StdRng,
+    seed: &AtomicU64,
+    size: usize,
+    deadline: Instant,
+    st: &mut Stats,
+) -> Result<(), (&'static str, String)> {
+    macro_rules! timed {
+        ($kind:expr, $e:expr) => {{
+            let t = Instant::now();
+            let r = tokio::time::timeout(CMD_TIMEOUT, $e)
+                .await
+                .map_err(|_| ($kind, format!("no response within {CMD_TIMEOUT:?}")))?
+                .map_err(|e| ($kind, e))?;
+            st.rec($kind, t);
+            r
+        }};
+    }
+    let mut c = tokio::time::timeout(CMD_TIMEOUT, Client::connect(addr))
+        .await
+        .map_err(|_| ("CONNECT", "no greeting".to_string()))?
+        .map_err(|e| ("CONNECT", e))?;
+    timed!("LOGIN", c.login(user, pw));
+    let sel = timed!("SELECT", c.ok("SELECT INBOX"));
+    let (mut exists, _) = select_info(&sel);
+    while Instant::now() < deadline {
+        if exists == 0 {
+            let msg = make_message(seed.fetch_add(1, Ordering::Relaxed), user, size);
+            let r = timed!("APPEND", c.append("INBOX", &msg));
+            track_view(&mut exists, &r);
+            let r = timed!("NOOP", c.ok("NOOP"));
+            track_view(&mut exists, &r);
+            continue;
+        }
+        let lo = rng.gen_range(1..=exists);
+        let hi = (lo + 9).min(exists);
+        let r = timed!(
+            "FETCH_SEQ",
+            c.ok(&format!(
+                "FETCH {lo}:{hi} (FLAGS UID BODY.PEEK[HEADER.FIELDS (SUBJECT)])"
+            ))
+        );
+        track_view(&mut exists, &r);
+        if rng.gen_range(0..3) == 0 && exists > 0 {
+            let n = rng.gen_range(1..=exists);
+            let r = timed!(
+                "STORE_DELETED",
+                c.ok(&format!("STORE {n} +FLAGS.SILENT (\\Deleted)"))
+            );
+            track_view(&mut exists, &r);
+            let r = timed!("EXPUNGE", c.ok("EXPUNGE"));
+            track_view(&mut exists, &r);
+            let msg = make_message(seed.fetch_add(1, Ordering::Relaxed), user, size);
+            let r = timed!("APPEND", c.append("INBOX", &msg));
+            track_view(&mut exists, &r);
+        }
+    }
+    timed!("LOGOUT", c.ok("LOGOUT"));
+    st.sessions += 1;
+    Ok(())
+}
+
 struct LevelResult {
     target: String,
     clients: usize,
@@ -637,13 +742,18 @@ async fn run_level(a: &Args, addr: &str, clients: usize, run_id: u64) -> (f64, S
         let (addr, pw, seed) = (addr.to_string(), a.password.clone(), seed.clone());
         let user = user_name(i % a.users);
         let size = a.msg_size;
+        let expunge_mix = a.expunge_mix;
         tasks.push(tokio::spawn(async move {
             let mut rng = StdRng::seed_from_u64(run_id * 1000 + i as u64);
             let mut st = Stats::default();
             while Instant::now() < deadline {
-                if let Err((kind, e)) =
+                let r = if expunge_mix {
+                    expunge_session(&addr, &user, &pw, &mut rng, &seed, size, deadline, &mut st)
+                        .await
+                } else {
                     session(&addr, &user, &pw, &mut rng, &seed, size, deadline, &mut st).await
-                {
+                };
+                if let Err((kind, e)) = r {
                     st.err(kind, format!("{user}: {e}"));
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
