@@ -1508,8 +1508,8 @@ mod tests {
     use super::*;
     use crate::dotlock::DotlockError;
 
-    #[test]
-    fn nothing_is_appended_under_a_dotlock_another_process_broke() {
+    /// An INBOX maildir in a temporary directory, opened.
+    fn fixture() -> (tempfile::TempDir, MailboxPaths, Core) {
         let dir = tempfile::tempdir().unwrap();
         let paths = MailboxPaths {
             name: "INBOX".into(),
@@ -1518,18 +1518,27 @@ mod tests {
             index_dir: None,
         };
         create_maildir(&paths, true).unwrap();
-        let mut core = Core::open(paths.clone(), CoreOptions::default()).unwrap();
-        let msg = |n: u32| {
-            prepare(
-                &paths,
-                "host",
-                format!("Subject: {n}\r\n\r\nbody\r\n").as_bytes(),
-                Flags::EMPTY,
-                Vec::new(),
-                None,
-            )
-            .unwrap()
-        };
+        let core = Core::open(paths.clone(), CoreOptions::default()).unwrap();
+        (dir, paths, core)
+    }
+
+    /// Message `n`, prepared in tmp/.
+    fn message(paths: &MailboxPaths, n: u32) -> Prepared {
+        prepare(
+            paths,
+            "host",
+            format!("Subject: {n}\r\n\r\nbody\r\n").as_bytes(),
+            Flags::EMPTY,
+            Vec::new(),
+            None,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn nothing_is_appended_under_a_dotlock_another_process_broke() {
+        let (dir, paths, mut core) = fixture();
+        let msg = |n: u32| message(&paths, n);
         assert_eq!(core.append(vec![msg(1)]).unwrap(), vec![1]);
         let before = std::fs::read(paths.uidlist()).unwrap();
 
@@ -1553,26 +1562,8 @@ mod tests {
 
     #[test]
     fn a_batch_that_fails_halfway_leaves_none_of_its_messages() {
-        let dir = tempfile::tempdir().unwrap();
-        let paths = MailboxPaths {
-            name: "INBOX".into(),
-            dir: dir.path().join("box"),
-            root: dir.path().to_path_buf(),
-            index_dir: None,
-        };
-        create_maildir(&paths, true).unwrap();
-        let mut core = Core::open(paths.clone(), CoreOptions::default()).unwrap();
-        let msg = |n: u32| {
-            prepare(
-                &paths,
-                "host",
-                format!("Subject: {n}\r\n\r\nbody\r\n").as_bytes(),
-                Flags::EMPTY,
-                Vec::new(),
-                None,
-            )
-            .unwrap()
-        };
+        let (_dir, paths, mut core) = fixture();
+        let msg = |n: u32| message(&paths, n);
         let listing = |sub: &str| {
             let mut v: Vec<String> = std::fs::read_dir(paths.sub(sub))
                 .unwrap()
